@@ -1,0 +1,1 @@
+"""Backends behind the ``emq.interfaces`` seams: Redis (standalone and Cluster), in-memory."""

@@ -1,0 +1,33 @@
+"""The split rule: a topic's quota becomes groups of at most ``max_group_qps`` each.
+
+A topic with quota ``q`` gets ``ceil(q / max_group_qps)`` groups. The group quotas differ by at
+most one request per second, sum exactly to ``q`` and none exceeds the cap: with ``n`` groups,
+``base = q // n`` and the first ``q % n`` groups get one more. (``base + 1 <= cap`` whenever
+there is a remainder, because ``q < n * cap`` then.)
+"""
+
+from __future__ import annotations
+
+from emq.errors import InvalidInput
+
+DEFAULT_MAX_GROUP_QPS = 150
+
+
+def _check(qps: int, max_group_qps: int) -> None:
+    if isinstance(qps, bool) or not isinstance(qps, int) or qps < 1:
+        raise InvalidInput("qps", f"must be a positive integer, got {qps!r}")
+    if isinstance(max_group_qps, bool) or not isinstance(max_group_qps, int) or max_group_qps < 1:
+        raise InvalidInput("max_group_qps", f"must be a positive integer, got {max_group_qps!r}")
+
+
+def group_count(qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS) -> int:
+    """How many groups a topic with quota ``qps`` is split into."""
+    _check(qps, max_group_qps)
+    return -(-qps // max_group_qps)
+
+
+def split_quota(qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS) -> tuple[int, ...]:
+    """The per-group quotas (index order) of a topic with quota ``qps``."""
+    n = group_count(qps, max_group_qps)
+    base, extra = divmod(qps, n)
+    return tuple(base + 1 if i < extra else base for i in range(n))

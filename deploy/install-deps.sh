@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Install what EMQ needs from the OS packages when it is missing: redis-server (with redis-cli),
+# ZooKeeper, a Java runtime for it, and Python's venv module. Does nothing when all are present.
+# Debian/Ubuntu only; anywhere else it names what to install and fails.
+set -euo pipefail
+
+need=()
+command -v redis-server >/dev/null 2>&1 || need+=(redis-server)
+command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
+[ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
+command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
+python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+
+if [ ${#need[@]} -eq 0 ]; then
+  exit 0
+fi
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "missing: ${need[*]}; install them with your OS package manager" >&2
+  exit 1
+fi
+if [ "$(id -u)" -ne 0 ]; then
+  echo "missing: ${need[*]}; install them with: sudo apt-get install -y ${need[*]}" >&2
+  exit 1
+fi
+echo "installing from the OS packages: ${need[*]}"
+export DEBIAN_FRONTEND=noninteractive
+apt-get update -qq
+apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null

@@ -1,0 +1,5 @@
+import sys
+
+from emq.cli import main
+
+sys.exit(main())

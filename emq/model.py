@@ -1,0 +1,445 @@
+"""The core model: namespaces, tenants, topics, groups, physical queues, priorities and jobs.
+
+Everything here is plain data with validation. Parsing user input goes through the
+``parse`` class methods, which raise :class:`~emq.errors.InvalidInput` naming the offending field
+(``url``, ``headers.X-Trace``, ``retry.max_attempts``) so the API and the CLI can report it
+precisely. Nothing here does I/O or imports another EMQ package.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+from urllib.parse import urlsplit
+
+from emq.errors import InvalidInput, PayloadTooLarge
+
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
+_FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+
+
+class Namespace(enum.StrEnum):
+    """``online`` carries production traffic; ``sandbox`` is for trying changes first."""
+
+    ONLINE = "online"
+    SANDBOX = "sandbox"
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "namespace") -> Namespace:
+        return _parse_enum(cls, value, field_name)
+
+
+class Priority(enum.StrEnum):
+    """The three physical queues of a group, served high before medium before low."""
+
+    HIGH = "high"
+    MEDIUM = "medium"
+    LOW = "low"
+
+    @property
+    def rank(self) -> int:
+        """0 for high, 1 for medium, 2 for low: the order of service."""
+        return _PRIORITY_RANK[self]
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "priority") -> Priority:
+        return _parse_enum(cls, value, field_name)
+
+
+_PRIORITY_RANK = {Priority.HIGH: 0, Priority.MEDIUM: 1, Priority.LOW: 2}
+PRIORITIES: tuple[Priority, ...] = (Priority.HIGH, Priority.MEDIUM, Priority.LOW)
+
+
+class PriorityMode(enum.StrEnum):
+    """How a group's budget is shared: ``strict`` (H>M>L) or ``weighted`` (6:3:1 with aging)."""
+
+    STRICT = "strict"
+    WEIGHTED = "weighted"
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "priority_mode") -> PriorityMode:
+        return _parse_enum(cls, value, field_name)
+
+
+_E = TypeVar("_E", bound=enum.Enum)
+
+
+def _parse_enum(cls: type[_E], value: object, field_name: str) -> _E:
+    try:
+        return cls(value)
+    except ValueError:
+        allowed = ", ".join(str(m.value) for m in cls)
+        raise InvalidInput(field_name, f"must be one of {allowed}, got {value!r}") from None
+
+
+def validate_name(value: object, field_name: str) -> str:
+    """A tenant or topic name: 1-64 characters of ``A-Za-z0-9_.-``, starting alphanumeric."""
+    if not isinstance(value, str):
+        raise InvalidInput(field_name, f"must be a string, got {type(value).__name__}")
+    if not NAME_RE.match(value):
+        raise InvalidInput(
+            field_name,
+            "must be 1-64 characters of A-Z a-z 0-9 _ . - starting with a letter or digit",
+        )
+    return value
+
+
+def _int_in(value: object, field_name: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(field_name, f"must be an integer, got {type(value).__name__}")
+    if not lo <= value <= hi:
+        raise InvalidInput(field_name, f"must be between {lo} and {hi}, got {value}")
+    return value
+
+
+def _number_in(value: object, field_name: str, lo: float, hi: float) -> float:
+    if isinstance(value, bool) or not isinstance(value, int | float):
+        raise InvalidInput(field_name, f"must be a number, got {type(value).__name__}")
+    if not math.isfinite(value) or not lo <= value <= hi:
+        raise InvalidInput(field_name, f"must be between {lo:g} and {hi:g}, got {value}")
+    return float(value)
+
+
+def _optional_str(value: object, field_name: str, max_len: int) -> str | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise InvalidInput(field_name, f"must be a string, got {type(value).__name__}")
+    if not value or len(value) > max_len:
+        raise InvalidInput(field_name, f"must be 1-{max_len} characters")
+    return value
+
+
+def _object(value: object, field_name: str | None, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise InvalidInput(field_name, f"must be a JSON object, got {type(value).__name__}")
+    for key in value:
+        if key not in allowed:
+            name = f"{field_name}.{key}" if field_name else str(key)
+            raise InvalidInput(name, "unknown field")
+    return value
+
+
+# --------------------------------------------------------------------------- references
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRef:
+    """Names one topic: the same topic name in two namespaces is two topics."""
+
+    namespace: Namespace
+    tenant: str
+    topic: str
+
+    def group(self, index: int) -> GroupRef:
+        return GroupRef(self, index)
+
+    def __str__(self) -> str:
+        return f"{self.namespace.value}/{self.tenant}/{self.topic}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupRef:
+    """One group of a topic: the unit of assignment to a worker and of QPS accounting."""
+
+    topic: TopicRef
+    index: int
+
+    def queue(self, priority: Priority) -> QueueRef:
+        return QueueRef(self, priority)
+
+    def queues(self) -> tuple[QueueRef, ...]:
+        return tuple(QueueRef(self, p) for p in PRIORITIES)
+
+    def __str__(self) -> str:
+        return f"{self.topic}/g{self.index}"
+
+
+@dataclass(frozen=True, slots=True)
+class QueueRef:
+    """One physical queue: a group's ``high``, ``medium`` or ``low`` log."""
+
+    group: GroupRef
+    priority: Priority
+
+    def __str__(self) -> str:
+        return f"{self.group}/{self.priority.value}"
+
+
+# --------------------------------------------------------------------------- tenants, topics
+
+
+@dataclass(frozen=True, slots=True)
+class Tenant:
+    """A customer (or a shared resource) owning topics. Its API token is kept only as a hash."""
+
+    name: str
+    display_name: str = ""
+    token_sha256: str = ""
+    created_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class RetryPolicy:
+    """Jittered exponential backoff: attempt ``n`` waits ``base * multiplier**(n-1)``, capped.
+
+    ``jitter`` is the fraction of the delay that is randomised (0 = none, 1 = "full jitter").
+    """
+
+    max_attempts: int = 8
+    base_delay_s: float = 1.0
+    multiplier: float = 2.0
+    max_delay_s: float = 600.0
+    jitter: float = 0.2
+
+    _FIELDS = frozenset({"max_attempts", "base_delay_s", "multiplier", "max_delay_s", "jitter"})
+
+    def backoff_s(self, attempt: int, rand: float) -> float:
+        """The wait after failed attempt ``attempt`` (1-based); ``rand`` is uniform in [0, 1)."""
+        raw = self.base_delay_s * self.multiplier ** max(0, attempt - 1)
+        capped = min(self.max_delay_s, raw)
+        return capped * (1.0 - self.jitter * rand)
+
+    @classmethod
+    def parse(cls, value: object, field_name: str = "retry") -> RetryPolicy:
+        obj = _object(value, field_name, cls._FIELDS)
+        d = cls()
+        policy = cls(
+            max_attempts=_int_in(
+                obj.get("max_attempts", d.max_attempts), f"{field_name}.max_attempts", 1, 100
+            ),
+            base_delay_s=_number_in(
+                obj.get("base_delay_s", d.base_delay_s), f"{field_name}.base_delay_s", 0.01, 86400
+            ),
+            multiplier=_number_in(
+                obj.get("multiplier", d.multiplier), f"{field_name}.multiplier", 1.0, 10.0
+            ),
+            max_delay_s=_number_in(
+                obj.get("max_delay_s", d.max_delay_s), f"{field_name}.max_delay_s", 0.01, 7 * 86400
+            ),
+            jitter=_number_in(obj.get("jitter", d.jitter), f"{field_name}.jitter", 0.0, 1.0),
+        )
+        if policy.max_delay_s < policy.base_delay_s:
+            raise InvalidInput(f"{field_name}.max_delay_s", "must not be below base_delay_s")
+        return policy
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in sorted(self._FIELDS)}
+
+
+MAX_TOPIC_QPS = 1_000_000
+
+
+@dataclass(frozen=True, slots=True)
+class Topic:
+    """A tenant's logical queue with a QPS quota, split into ``groups`` groups.
+
+    ``groups`` is computed by the split rule in ``capacity`` when the topic is created or its
+    quota changes; the model only checks it is consistent (at least one group, and no more groups
+    than requests per second).
+    """
+
+    ref: TopicRef
+    qps: int
+    groups: int = 1
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    endpoint_concurrency: int = 32
+    max_backlog: int = 1_000_000
+    paused: bool = False
+    priority_mode: PriorityMode = PriorityMode.STRICT
+
+    def __post_init__(self) -> None:
+        _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
+        _int_in(self.groups, "groups", 1, self.qps)
+        _int_in(self.endpoint_concurrency, "endpoint_concurrency", 1, 10_000)
+        _int_in(self.max_backlog, "max_backlog", 1, 1_000_000_000)
+
+    def group_refs(self) -> tuple[GroupRef, ...]:
+        return tuple(GroupRef(self.ref, i) for i in range(self.groups))
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+class Method(enum.StrEnum):
+    GET = "GET"
+    POST = "POST"
+    PUT = "PUT"
+    PATCH = "PATCH"
+    DELETE = "DELETE"
+    HEAD = "HEAD"
+    OPTIONS = "OPTIONS"
+
+
+# Headers a job may not set: hop-by-hop ones the client manages, and the signature headers the
+# worker adds (a tenant must not be able to forge or pre-empt them).
+RESERVED_HEADERS = frozenset(
+    {
+        "host",
+        "content-length",
+        "transfer-encoding",
+        "connection",
+        "keep-alive",
+        "upgrade",
+        "te",
+        "trailer",
+        "proxy-connection",
+        "proxy-authorization",
+        "webhook-id",
+        "webhook-timestamp",
+        "webhook-signature",
+    }
+)
+
+
+@dataclass(frozen=True, slots=True)
+class JobLimits:
+    """Size limits applied when parsing a job; exceeding one is ``PayloadTooLarge`` (413)."""
+
+    max_body_bytes: int = 256 * 1024
+    max_url_chars: int = 2048
+    max_headers: int = 64
+    max_header_bytes: int = 16 * 1024
+    max_key_chars: int = 256
+    max_delay_s: float = 30 * 86400.0
+
+
+JOB_FIELDS = frozenset(
+    {"url", "method", "headers", "body", "priority", "key", "idempotency_key", "delay_s"}
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Job:
+    """An HTTP request to deliver. ``key`` pins a group (order kept); ``delay_s`` defers it."""
+
+    url: str
+    method: Method = Method.POST
+    headers: Mapping[str, str] = field(default_factory=dict)
+    body: str | None = None
+    priority: Priority = Priority.MEDIUM
+    key: str | None = None
+    idempotency_key: str | None = None
+    delay_s: float = 0.0
+
+    @classmethod
+    def parse(cls, value: object, limits: JobLimits | None = None) -> Job:
+        """Validate a job as sent by a tenant (decoded JSON) and build it."""
+        lim = limits or JobLimits()
+        obj = _object(value, None, JOB_FIELDS)
+        if "url" not in obj:
+            raise InvalidInput("url", "is required")
+        headers = _parse_headers(obj.get("headers"), lim)
+        body, headers = _parse_body(obj.get("body"), headers, lim)
+        return cls(
+            url=_parse_url(obj["url"], lim),
+            method=_parse_method(obj.get("method", "POST")),
+            headers=headers,
+            body=body,
+            priority=Priority.parse(obj.get("priority", "medium")),
+            key=_optional_str(obj.get("key"), "key", lim.max_key_chars),
+            idempotency_key=_optional_str(
+                obj.get("idempotency_key"), "idempotency_key", lim.max_key_chars
+            ),
+            delay_s=_number_in(obj.get("delay_s", 0), "delay_s", 0.0, lim.max_delay_s),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """The compact form stored in a queue (defaults left out)."""
+        d: dict[str, Any] = {"url": self.url}
+        if self.method is not Method.POST:
+            d["method"] = self.method.value
+        if self.headers:
+            d["headers"] = dict(self.headers)
+        if self.body is not None:
+            d["body"] = self.body
+        if self.priority is not Priority.MEDIUM:
+            d["priority"] = self.priority.value
+        for name in ("key", "idempotency_key"):
+            if getattr(self, name) is not None:
+                d[name] = getattr(self, name)
+        if self.delay_s:
+            d["delay_s"] = self.delay_s
+        return d
+
+
+def _parse_url(value: object, lim: JobLimits) -> str:
+    if not isinstance(value, str):
+        raise InvalidInput("url", f"must be a string, got {type(value).__name__}")
+    if len(value) > lim.max_url_chars:
+        raise PayloadTooLarge("url", f"is longer than {lim.max_url_chars} characters")
+    if _FORBIDDEN_URL_CHARS.search(value):
+        raise InvalidInput("url", "must not contain spaces or control characters")
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a malformed port
+    except ValueError as e:
+        raise InvalidInput("url", f"is not a valid URL: {e}") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise InvalidInput("url", f"scheme must be http or https, got {parts.scheme!r}")
+    if not parts.hostname:
+        raise InvalidInput("url", "must name a host")
+    if parts.username is not None or parts.password is not None:
+        raise InvalidInput("url", "must not carry credentials; send them in a header")
+    return value
+
+
+def _parse_method(value: object) -> Method:
+    if isinstance(value, str):
+        try:
+            return Method(value.upper())
+        except ValueError:
+            pass
+    allowed = ", ".join(m.value for m in Method)
+    raise InvalidInput("method", f"must be one of {allowed}, got {value!r}")
+
+
+def _parse_headers(value: object, lim: JobLimits) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InvalidInput("headers", f"must be a JSON object, got {type(value).__name__}")
+    if len(value) > lim.max_headers:
+        raise PayloadTooLarge("headers", f"has more than {lim.max_headers} headers")
+    seen: set[str] = set()
+    total = 0
+    for name, val in value.items():
+        fname = f"headers.{name}"
+        if not isinstance(name, str) or not _HEADER_NAME_RE.match(name):
+            raise InvalidInput(fname, "is not a valid header name")
+        if name.lower() in RESERVED_HEADERS:
+            raise InvalidInput(fname, "is set by EMQ and may not be given")
+        if name.lower() in seen:
+            raise InvalidInput(fname, "is given twice (header names are case-insensitive)")
+        seen.add(name.lower())
+        if not isinstance(val, str):
+            raise InvalidInput(fname, f"must be a string, got {type(val).__name__}")
+        if any(c in val for c in "\r\n\x00"):
+            raise InvalidInput(fname, "must not contain CR, LF or NUL")
+        total += len(name) + len(val.encode())
+    if total > lim.max_header_bytes:
+        raise PayloadTooLarge("headers", f"are larger than {lim.max_header_bytes} bytes")
+    return dict(value)
+
+
+def _parse_body(
+    value: object, headers: dict[str, str], lim: JobLimits
+) -> tuple[str | None, dict[str, str]]:
+    if value is None:
+        return None, headers
+    if isinstance(value, Mapping | list):
+        # A JSON body given as an object is sent as compact JSON, typed unless the tenant typed it.
+        value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        if not any(h.lower() == "content-type" for h in headers):
+            headers = {**headers, "Content-Type": "application/json"}
+    if not isinstance(value, str):
+        raise InvalidInput("body", f"must be a string, object or array, got {type(value).__name__}")
+    if len(value.encode()) > lim.max_body_bytes:
+        raise PayloadTooLarge("body", f"is larger than {lim.max_body_bytes} bytes")
+    return value, headers

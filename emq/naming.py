@@ -1,0 +1,148 @@
+"""Names of Redis keys and ZooKeeper paths: the one place that spells them.
+
+Redis: every key of a group (its three physical queues, their checkpoints, the owner epoch, the
+retry and delayed sets, the DLQ, idempotency markers) carries the same hash tag, ``{ns:tenant:
+topic:index}``, so a group lives on one Redis Cluster slot and a Lua script may touch all of its
+keys without CROSSSLOT. Each component is escaped (``%`` ``{`` ``}`` ``:`` become ``%25`` ``%7B``
+``%7D`` ``%3A``), so no user-supplied text can end the tag early or make two groups share a tag,
+even if a name ever bypassed validation. The key prefix (``emq`` by default, a per-test prefix in
+tests) comes before the tag and may not contain braces.
+
+ZooKeeper: ``/<root>/<namespace>/running/<worker>``, ``/<root>/<namespace>/assignments``,
+``/<root>/<namespace>/leader``, ``/<root>/<namespace>/topics/<tenant>/<topic>``,
+``/<root>/tenants/<tenant>``. Tenants span namespaces; topics, workers and assignments don't.
+"""
+
+from __future__ import annotations
+
+import re
+
+from emq.errors import ConfigError, InvalidInput
+from emq.model import GroupRef, Namespace, QueueRef, TopicRef
+
+_ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D", ":": "%3A"})
+_PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
+_ZK_ROOT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+
+
+def escape(component: str) -> str:
+    """Escape one key component so that it contains no ``{``, ``}`` or ``:``."""
+    return component.translate(_ESCAPES)
+
+
+def hash_tag(key: str) -> str:
+    """The part of ``key`` Redis Cluster hashes (its rule: first ``{`` to the next ``}``)."""
+    start = key.find("{")
+    if start >= 0:
+        end = key.find("}", start + 1)
+        if end > start + 1:
+            return key[start + 1 : end]
+    return key
+
+
+class RedisKeys:
+    """Builds every Redis key EMQ uses, under one prefix."""
+
+    def __init__(self, prefix: str = "emq") -> None:
+        if not _PREFIX_RE.match(prefix):
+            raise ConfigError(f"redis key prefix {prefix!r} must be 1-64 of A-Za-z0-9_.:-")
+        self.prefix = prefix
+
+    def group_tag(self, group: GroupRef) -> str:
+        t = group.topic
+        parts = (t.namespace.value, t.tenant, t.topic, str(group.index))
+        return "{" + ":".join(escape(p) for p in parts) + "}"
+
+    def _group_key(self, group: GroupRef, *suffix: str) -> str:
+        return ":".join((self.prefix, "g", self.group_tag(group), *suffix))
+
+    def stream(self, queue: QueueRef) -> str:
+        """The append-only log of one physical queue."""
+        return self._group_key(queue.group, "q", queue.priority.value)
+
+    def checkpoint(self, queue: QueueRef) -> str:
+        """The committed offset of one physical queue, with the epoch that wrote it."""
+        return self._group_key(queue.group, "ckpt", queue.priority.value)
+
+    def epoch(self, group: GroupRef) -> str:
+        """The group's current owner epoch: writes carrying an older one are fenced."""
+        return self._group_key(group, "epoch")
+
+    def retries(self, group: GroupRef) -> str:
+        """Jobs waiting for their next attempt, scored by due time."""
+        return self._group_key(group, "retry")
+
+    def delayed(self, group: GroupRef) -> str:
+        """Jobs enqueued with ``delay_s``, scored by due time."""
+        return self._group_key(group, "delayed")
+
+    def dlq(self, group: GroupRef) -> str:
+        """Dead-lettered jobs of the group."""
+        return self._group_key(group, "dlq")
+
+    def idempotency(self, group: GroupRef, idempotency_key: str) -> str:
+        """Marks an idempotency key as seen (kept for the de-duplication window)."""
+        return self._group_key(group, "idem", escape(idempotency_key))
+
+    def ready(self) -> str:
+        """Signals which groups received work, so idle queues need not be polled."""
+        return f"{self.prefix}:ready"
+
+    def history(self, topic: TopicRef) -> str:
+        """Per-interval traffic records of a topic, for the capacity planner."""
+        parts = (topic.namespace.value, topic.tenant, topic.topic)
+        return f"{self.prefix}:history:" + ":".join(escape(p) for p in parts)
+
+
+def _zk_component(value: str, what: str) -> str:
+    if not value or "/" in value or value in (".", ".."):
+        raise InvalidInput(what, f"{value!r} cannot be a ZooKeeper path component")
+    return value
+
+
+class ZkPaths:
+    """Builds every ZooKeeper path EMQ uses, under one root (``/emq`` by default)."""
+
+    def __init__(self, root: str = "/emq") -> None:
+        if not _ZK_ROOT_RE.match(root):
+            raise ConfigError(f"ZooKeeper root {root!r} must look like /emq or /a/b")
+        self.root = root
+
+    def namespace(self, ns: Namespace) -> str:
+        return f"{self.root}/{ns.value}"
+
+    def running(self, ns: Namespace) -> str:
+        """Parent of the workers' ephemeral membership nodes."""
+        return f"{self.namespace(ns)}/running"
+
+    def worker(self, ns: Namespace, worker_id: str) -> str:
+        return f"{self.running(ns)}/{_zk_component(worker_id, 'worker_id')}"
+
+    def assignments(self, ns: Namespace) -> str:
+        """The leader's current assignment (groups → worker, with a generation)."""
+        return f"{self.namespace(ns)}/assignments"
+
+    def leader(self, ns: Namespace) -> str:
+        """The election node of the namespace's leader."""
+        return f"{self.namespace(ns)}/leader"
+
+    def epochs(self, ns: Namespace) -> str:
+        """Parent of the per-group owner epoch counters."""
+        return f"{self.namespace(ns)}/epochs"
+
+    def topics(self, ns: Namespace) -> str:
+        return f"{self.namespace(ns)}/topics"
+
+    def tenant_topics(self, ns: Namespace, tenant: str) -> str:
+        return f"{self.topics(ns)}/{_zk_component(tenant, 'tenant')}"
+
+    def topic(self, ref: TopicRef) -> str:
+        return (
+            f"{self.tenant_topics(ref.namespace, ref.tenant)}/{_zk_component(ref.topic, 'topic')}"
+        )
+
+    def tenants(self) -> str:
+        return f"{self.root}/tenants"
+
+    def tenant(self, tenant: str) -> str:
+        return f"{self.tenants()}/{_zk_component(tenant, 'tenant')}"

@@ -1,0 +1,1 @@
+"""PySpark jobs: capacity planning from traffic history, synthetic history."""

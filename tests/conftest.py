@@ -1,0 +1,113 @@
+"""Session-wide real servers and per-test isolation.
+
+Redis and ZooKeeper are started once per test session through the same ``deploy/`` scripts as
+``emq stack up``, on free loopback ports (never the stack's own 6390/2191), and stopped at the
+end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper chroot
+(``/t-<hex>``). A server that cannot start is an error of every test that needs it, never a skip.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import redis.asyncio as aioredis
+from kazoo.client import KazooClient
+
+from emq.settings import Settings
+from emq.stack import Service, free_port
+
+ZK_TICK_MS = "500"  # lets tests use 1-10 s sessions (ZooKeeper allows 2-20 ticks)
+
+
+def _start(service: Service) -> Service:
+    try:
+        service.start()
+    except Exception as e:
+        pytest.fail(f"could not start {service.name} for the tests: {e}", pytrace=False)
+    return service
+
+
+@pytest.fixture(scope="session")
+def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    base = tmp_path_factory.mktemp("redis")
+    service = _start(Service("redis", "redis.sh", base, free_port()))
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
+    base = tmp_path_factory.mktemp("zookeeper")
+    service = _start(Service("zookeeper", "zookeeper.sh", base, free_port(), (ZK_TICK_MS,)))
+    yield service
+    service.stop()
+
+
+@pytest.fixture
+def test_id() -> str:
+    return f"t-{uuid.uuid4().hex[:12]}"
+
+
+@pytest.fixture
+def redis_url(redis_server: Service) -> str:
+    return f"redis://{redis_server.address}/0"
+
+
+@pytest.fixture
+async def redis_client(redis_url: str, test_id: str) -> AsyncIterator[aioredis.Redis]:
+    """A client on the session's Redis; every key under this test's prefix is deleted after."""
+    client = aioredis.Redis.from_url(redis_url)
+    yield client
+    keys = [k async for k in client.scan_iter(match=f"{test_id}:*", count=1000)]
+    if keys:
+        await client.delete(*keys)
+    await client.aclose()
+
+
+@pytest.fixture
+def zk_hosts(zk_server: Service, test_id: str) -> Iterator[str]:
+    """``host:port/t-<hex>``: a chroot that exists for this test only."""
+    root = KazooClient(hosts=zk_server.address)
+    root.start(timeout=10)
+    root.ensure_path(f"/{test_id}")
+    yield f"{zk_server.address}/{test_id}"
+    root.delete(f"/{test_id}", recursive=True)
+    root.stop()
+    root.close()
+
+
+@pytest.fixture
+def zk_client(zk_hosts: str) -> Iterator[KazooClient]:
+    client = KazooClient(hosts=zk_hosts)
+    client.start(timeout=10)
+    yield client
+    client.stop()
+    client.close()
+
+
+@pytest.fixture
+def settings(redis_url: str, zk_hosts: str, test_id: str, tmp_path: Path) -> Settings:
+    """Settings pointing at this test's isolated slice of the real servers."""
+    return Settings(
+        redis_url=redis_url,
+        zk_hosts=zk_hosts,
+        redis_key_prefix=test_id,
+        stack_dir=str(tmp_path / "stack"),
+        admin_token="test-admin-token",
+    )
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  # type: ignore[no-untyped-def]
+    """On failure, attach the tails of the server logs the test used."""
+    report = yield
+    if report.failed:
+        funcargs = getattr(item, "funcargs", {})
+        for name in ("redis_server", "zk_server"):
+            service = funcargs.get(name)
+            if isinstance(service, Service):
+                report.sections.append((f"{service.name} log (tail)", service.log_tail()))
+    return report

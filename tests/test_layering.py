@@ -1,0 +1,200 @@
+"""Imports point inward (STYLE.md, "Layering"): checked statically and in fresh interpreters.
+
+The static check reads every module's import statements and holds them to the table below; the
+dynamic check imports each module alone in a new interpreter (``-W error``: no circular import, no
+import-time warning) and checks that nothing forbidden got loaded transitively.
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("emq", "capacity", "adapters", "allocator", "worker", "spark")
+# The core of ``emq``: the model and the seams. Everything else in ``emq`` is the API, the client,
+# the CLI and the composition root, which may import anything.
+CORE = frozenset({"emq", "emq.model", "emq.errors", "emq.naming", "emq.settings", "emq.interfaces"})
+HTTP_AND_STORES = frozenset({"aiohttp", "redis", "kazoo", "uhashring", "pyspark"})
+
+
+@dataclass(frozen=True)
+class Rule:
+    ours: frozenset[str]  # our packages it may import ("emq.core" = the emq core only)
+    third_party: frozenset[str]  # third-party top-level modules it may import directly
+    forbidden_loaded: frozenset[str]  # third-party packages that must not even load transitively
+
+
+RULES = {
+    "emq.core": Rule(frozenset({"emq.core"}), frozenset(), HTTP_AND_STORES),
+    "emq.root": Rule(
+        frozenset(PACKAGES) | {"emq.core"},
+        frozenset(
+            {
+                "aiohttp",
+                "redis",
+                "kazoo",
+                "uvloop",
+                "yarl",
+                "multidict",
+                "prometheus_client",
+                "rich",
+            }
+        ),
+        frozenset(),
+    ),
+    "capacity": Rule(frozenset({"emq.core"}), frozenset(), HTTP_AND_STORES),
+    "adapters": Rule(
+        frozenset({"emq.core"}),
+        frozenset({"redis", "kazoo"}),
+        frozenset({"aiohttp", "uhashring", "pyspark"}),
+    ),
+    "allocator": Rule(
+        frozenset({"emq.core"}),
+        frozenset({"kazoo", "uhashring"}),
+        frozenset({"aiohttp", "redis", "pyspark"}),
+    ),
+    "worker": Rule(
+        frozenset({"emq.core", "capacity", "allocator"}),
+        frozenset({"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client"}),
+        frozenset({"redis", "pyspark"}),
+    ),
+    "spark": Rule(
+        frozenset({"emq.core", "capacity"}),
+        frozenset({"pyspark", "matplotlib", "numpy", "pandas", "pyarrow"}),
+        frozenset({"aiohttp", "redis", "kazoo"}),
+    ),
+}
+
+
+def layer_of(module: str) -> str:
+    top = module.split(".")[0]
+    if top == "emq":
+        return "emq.core" if module in CORE else "emq.root"
+    return top
+
+
+def all_modules() -> list[tuple[str, Path]]:
+    found = []
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = list(path.relative_to(ROOT).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            if parts[-1] != "__main__":
+                found.append((".".join(parts), path))
+    return found
+
+
+def imported_names(module: str, path: Path) -> set[str]:
+    """Absolute names of everything ``path`` imports (relative imports resolved)."""
+    names: set[str] = set()
+    is_pkg = path.name == "__init__.py"
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = module.split(".")
+                base = base[: len(base) - node.level + (1 if is_pkg else 0)]
+                stem = ".".join(base + ([node.module] if node.module else []))
+            else:
+                stem = node.module or ""
+            names.add(stem)
+            # "from emq import model" imports the module emq.model; "from emq.model import Job"
+            # imports only emq.model.
+            names.update(
+                f"{stem}.{a.name}" for a in node.names if _is_our_module(f"{stem}.{a.name}")
+            )
+    return names
+
+
+def violations(module: str, names: set[str]) -> list[str]:
+    rule = RULES[layer_of(module)]
+    allowed_ours = rule.ours | {layer_of(module)}
+    bad = []
+    for name in sorted(names):
+        top = name.split(".")[0]
+        stdlib = top in sys.stdlib_module_names or top == "__future__"
+        if top in PACKAGES and layer_of(name) not in allowed_ours:
+            bad.append(f"{module} imports {name} ({layer_of(name)})")
+        elif top not in PACKAGES and not stdlib and top not in rule.third_party:
+            bad.append(f"{module} imports third-party {top}")
+    return bad
+
+
+def _is_our_module(name: str) -> bool:
+    """True if ``name`` is one of our modules (not a class or function imported from one)."""
+    path = ROOT.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
+
+
+def test_the_rules_cover_every_package() -> None:
+    modules = all_modules()
+    assert {layer_of(m) for m, _ in modules} <= set(RULES)
+    assert {"emq.model", "emq.cli", "capacity.split"} <= {m for m, _ in modules}
+
+
+def test_static_imports_point_inward() -> None:
+    problems = [
+        v
+        for module, path in all_modules()
+        for v in violations(module, imported_names(module, path))
+    ]
+    assert problems == []
+
+
+def test_the_checker_catches_outward_imports() -> None:
+    # The checker itself must fail on the imports the layering forbids.
+    assert violations("allocator.fleet", {"aiohttp"}) == [
+        "allocator.fleet imports third-party aiohttp"
+    ]
+    assert violations("emq.model", {"worker", "worker.dispatch"})
+    assert violations("emq.model", {"emq.cli"})
+    assert violations("worker.fetch", {"adapters.redis_queue"})
+    assert violations("capacity.split", {"emq.model", "emq.errors"}) == []
+
+
+_PROBE = """
+import json, sys
+import {module}
+print(json.dumps(sorted(sys.modules)))
+"""
+
+
+def test_each_module_imports_alone_and_loads_nothing_forbidden() -> None:
+    procs = {
+        module: subprocess.Popen(
+            [sys.executable, "-W", "error", "-c", _PROBE.format(module=module)],
+            cwd=ROOT,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for module, _ in all_modules()
+    }
+    problems = []
+    for module, proc in procs.items():
+        out, err = proc.communicate(timeout=120)
+        if proc.returncode != 0:
+            problems.append(f"{module} fails to import alone: {err.strip().splitlines()[-1:]}")
+            continue
+        rule = RULES[layer_of(module)]
+        allowed_ours = rule.ours | {layer_of(module)}
+        for loaded in json.loads(out):
+            top = loaded.split(".")[0]
+            ours_outward = top in PACKAGES and layer_of(loaded) not in allowed_ours
+            if top in rule.forbidden_loaded or ours_outward:
+                problems.append(f"importing {module} loads {loaded}")
+    assert problems == []
+
+
+@pytest.mark.parametrize(("module", "name"), [("allocator", "aiohttp"), ("emq.model", "worker")])
+def test_an_injected_outward_import_is_caught(module: str, name: str) -> None:
+    assert violations(module, {name}), f"{module} importing {name} should be a violation"

@@ -1,0 +1,1 @@
+"""The worker: fetchers, buffers, dispatcher, push executor, retries, DLQ, checkpoints."""
