@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import abc
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Self
 
-from emq.model import GroupRef, Namespace, QueueRef, Tenant, Topic, TopicRef
+from emq.model import GroupRef, Namespace, Priority, QueueRef, Tenant, Topic, TopicRef
 
 _OFFSET_RE = re.compile(r"^(\d+)-(\d+)$")
 
@@ -86,18 +86,64 @@ class AsyncResource(abc.ABC):
         """Release every connection and task; calling it twice is harmless."""
 
 
-class QueueBackend(AsyncResource):
-    """Physical queues: append-only logs addressed by :class:`Offset`.
+@dataclass(frozen=True, slots=True)
+class PutItem:
+    """One job to store: its encoded envelope, where it goes, and how.
 
-    Errors: :class:`~emq.errors.BackendUnavailable` when the store cannot be reached,
-    :class:`~emq.errors.Fenced` when a guarded write carries a stale epoch.
+    ``idempotency_key`` de-duplicates within the backend's window (the marker lives with the
+    group, so the check and the append are one atomic step). ``due_ms`` (epoch milliseconds)
+    parks the job in the group's durable delayed set until then.
+    """
+
+    queue: QueueRef
+    job_id: str
+    payload: bytes
+    idempotency_key: str | None = None
+    due_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PutResult:
+    """What happened to one :class:`PutItem`.
+
+    For a duplicate, ``job_id`` is the id of the job accepted first under that idempotency key
+    and nothing was stored. ``offset`` is ``None`` for delayed jobs and duplicates.
+    """
+
+    job_id: str
+    duplicate: bool = False
+    offset: Offset | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeadLetter:
+    """A job that exhausted its attempts (or was refused outright), with why."""
+
+    id: str  # the DLQ entry's own id (an offset in the group's DLQ log)
+    priority: Priority
+    payload: bytes
+    error: str
+    status: int | None
+    attempts: int
+    failed_at_ms: int
+
+
+class QueueBackend(AsyncResource):
+    """Physical queues: append-only logs addressed by :class:`Offset`, grouped by hash tag.
+
+    Besides the three logs, each group has a delayed set (jobs not yet due), a dead-letter log,
+    per-queue checkpoints and an owner epoch. Writes made on behalf of the group's owner
+    (checkpoints, trims, dead letters) carry the owner's epoch and are refused with
+    :class:`~emq.errors.Fenced` when a newer owner has claimed the group.
+
+    Errors: :class:`~emq.errors.BackendUnavailable` when the store cannot be reached.
     """
 
     @abc.abstractmethod
-    async def put(self, items: Sequence[tuple[QueueRef, bytes]]) -> list[Offset]:
-        """Append each payload to its queue (pipelined across queues).
+    async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
+        """Store each item (pipelined across queues); results are in the order of ``items``.
 
-        Returns the offsets in the order of ``items``. When it returns, every item is durable.
+        When it returns, every stored item is durable (as durable as the store's persistence).
         """
 
     @abc.abstractmethod
@@ -110,15 +156,23 @@ class QueueBackend(AsyncResource):
         """
 
     @abc.abstractmethod
-    async def backlog(self, queue: QueueRef) -> int:
-        """How many entries lie after the queue's checkpoint (its unfinished work)."""
+    async def backlog(self, queues: Sequence[QueueRef]) -> list[int]:
+        """For each queue, how many entries lie after its checkpoint (its unfinished work)."""
 
     @abc.abstractmethod
-    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
-        """Drop entries at or below the checkpoint, keeping the newest ``retain`` of them.
+    async def delayed(self, groups: Sequence[GroupRef]) -> list[int]:
+        """For each group, how many jobs wait in its delayed set."""
 
-        Guarded by ``epoch`` like a checkpoint write. Returns how many entries were dropped.
+    @abc.abstractmethod
+    async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
+        """Move up to ``limit`` delayed jobs due at ``now_ms`` into their queues; returns how many.
+
+        Atomic per job: a job is either still delayed or appended once, never both.
         """
+
+    @abc.abstractmethod
+    async def claim(self, group: GroupRef, epoch: int) -> None:
+        """Make ``epoch`` the group's owner epoch; ``Fenced`` if a newer one was claimed."""
 
     @abc.abstractmethod
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
@@ -129,7 +183,30 @@ class QueueBackend(AsyncResource):
         """Commit ``offset`` for the owner holding ``epoch``.
 
         Raises :class:`~emq.errors.Fenced` if the group's current epoch is newer than ``epoch``
-        (a former owner must not move the offset). Offsets never move backwards.
+        (a former owner must not move the offset). An offset below the committed one is ignored:
+        checkpoints never move backwards.
+        """
+
+    @abc.abstractmethod
+    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
+        """Drop entries at or below the checkpoint, keeping the newest ``retain`` of those.
+
+        Guarded by ``epoch`` like a checkpoint write. Returns how many entries were dropped.
+        """
+
+    @abc.abstractmethod
+    async def dead_letter(self, group: GroupRef, epoch: int, letters: Sequence[DeadLetter]) -> None:
+        """Append to the group's DLQ (``letters[i].id`` is ignored); guarded by ``epoch``."""
+
+    @abc.abstractmethod
+    async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters of the group, oldest first, after the id ``after``."""
+
+    @abc.abstractmethod
+    async def replay_dead(self, group: GroupRef, ids: Sequence[str] | None, limit: int) -> int:
+        """Move dead letters (the given ids, or the oldest ``limit``) back into their queues.
+
+        Atomic per letter; returns how many were moved.
         """
 
 
@@ -157,8 +234,11 @@ class ConfigStore(AsyncResource):
         """One topic; ``NotFound`` if the tenant or the topic does not exist."""
 
     @abc.abstractmethod
-    async def update_topic(self, topic: Topic, *, expected: Topic) -> None:
-        """Replace ``expected`` by ``topic``; ``ConfigConflict`` if someone changed it first."""
+    async def update_topic(self, ref: TopicRef, change: Callable[[Topic], Topic]) -> Topic:
+        """Apply ``change`` to the stored topic atomically (compare-and-set, retried on races).
+
+        ``change`` may raise to abort; returns the stored result.
+        """
 
     @abc.abstractmethod
     async def list_topics(self, namespace: Namespace, tenant: str | None = None) -> list[Topic]:

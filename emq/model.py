@@ -11,7 +11,9 @@ from __future__ import annotations
 import enum
 import json
 import math
+import os
 import re
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -253,6 +255,7 @@ class Topic:
     max_backlog: int = 1_000_000
     paused: bool = False
     priority_mode: PriorityMode = PriorityMode.STRICT
+    secret: str = field(default="", repr=False)  # Standard Webhooks signing secret (whsec_...)
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
@@ -443,3 +446,52 @@ def _parse_body(
     if len(value.encode()) > lim.max_body_bytes:
         raise PayloadTooLarge("body", f"is larger than {lim.max_body_bytes} bytes")
     return value, headers
+
+
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+
+
+def new_job_id(now_ms: int | None = None) -> str:
+    """``msg_`` + 26 characters: 48 bits of milliseconds then 80 random bits (sortable by time)."""
+    ms = int(time.time() * 1000) if now_ms is None else now_ms
+    n = (ms << 80) | int.from_bytes(os.urandom(10), "big")
+    chars = []
+    for _ in range(26):  # Crockford base32 keeps the order of the number in the text
+        n, r = divmod(n, 32)
+        chars.append(_CROCKFORD[r])
+    return "msg_" + "".join(reversed(chars))
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """A job as stored in a queue: its id, when it was accepted, and failed attempts so far.
+
+    ``decode`` trusts its input (it was validated before it was stored) and does not re-validate.
+    """
+
+    id: str
+    job: Job
+    enqueued_ms: int
+    attempt: int = 0
+
+    def encode(self) -> bytes:
+        d = {"id": self.id, "t": self.enqueued_ms, "job": self.job.to_dict()}
+        if self.attempt:
+            d["a"] = self.attempt
+        return json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode()
+
+    @classmethod
+    def decode(cls, raw: bytes | str) -> Envelope:
+        d = json.loads(raw)
+        j = d["job"]
+        job = Job(
+            url=j["url"],
+            method=Method(j.get("method", "POST")),
+            headers=j.get("headers", {}),
+            body=j.get("body"),
+            priority=Priority(j.get("priority", "medium")),
+            key=j.get("key"),
+            idempotency_key=j.get("idempotency_key"),
+            delay_s=j.get("delay_s", 0.0),
+        )
+        return cls(id=d["id"], job=job, enqueued_ms=d["t"], attempt=d.get("a", 0))

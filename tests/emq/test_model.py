@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 
 from emq.errors import InvalidInput, PayloadTooLarge
 from emq.model import (
+    Envelope,
     Job,
     JobLimits,
     Method,
@@ -16,6 +17,7 @@ from emq.model import (
     RetryPolicy,
     Topic,
     TopicRef,
+    new_job_id,
     validate_name,
 )
 
@@ -224,3 +226,19 @@ def test_backoff_is_bounded_and_jittered_downwards(
 def test_backoff_without_jitter_grows_then_caps() -> None:
     p = RetryPolicy(base_delay_s=1.0, multiplier=2.0, max_delay_s=10.0, jitter=0.0)
     assert [p.backoff_s(a, 0.5) for a in range(1, 7)] == [1.0, 2.0, 4.0, 8.0, 10.0, 10.0]
+
+
+def test_envelope_round_trips_and_ids_sort_by_time() -> None:
+    job = Job.parse({"url": "https://e.com", "body": {"x": 1}, "priority": "high", "key": "k"})
+    env = Envelope(new_job_id(), job, enqueued_ms=1_700_000_000_000, attempt=2)
+    assert Envelope.decode(env.encode()) == env
+    assert Envelope.decode(Envelope("msg_1", job, 5).encode()).attempt == 0
+    early, late = new_job_id(1_000), new_job_id(2_000)
+    assert early.startswith("msg_") and len(early) == 30
+    assert early < late
+
+
+@given(a=st.integers(0, 2**48 - 1), b=st.integers(0, 2**48 - 1))
+def test_job_ids_order_like_their_times(a: int, b: int) -> None:
+    if a < b:
+        assert new_job_id(a) < new_job_id(b)
