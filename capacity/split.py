@@ -26,8 +26,21 @@ def group_count(qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS) -> int:
     return -(-qps // max_group_qps)
 
 
-def split_quota(qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS) -> tuple[int, ...]:
-    """The per-group quotas (index order) of a topic with quota ``qps``."""
+def split_quota(
+    qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS, groups: int | None = None
+) -> tuple[int, ...]:
+    """The per-group quotas (index order) of a topic with quota ``qps``.
+
+    ``groups`` overrides the count when a topic keeps more groups than its quota needs (a quota
+    was lowered; its queued jobs stay where they are). It must lie between the rule's count and
+    ``qps``, so every group keeps at least 1 QPS and none exceeds the cap.
+    """
     n = group_count(qps, max_group_qps)
+    if groups is not None:
+        if isinstance(groups, bool) or not isinstance(groups, int) or not n <= groups <= qps:
+            raise InvalidInput(
+                "groups", f"must be between {n} and {qps} for {qps} QPS, got {groups!r}"
+            )
+        n = groups
     base, extra = divmod(qps, n)
     return tuple(base + 1 if i < extra else base for i in range(n))

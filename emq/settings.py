@@ -77,9 +77,11 @@ class Settings:
     """What every EMQ process shares. The defaults point at the local stack (`emq stack up`)."""
 
     redis_url: str = field(default="redis://127.0.0.1:6390/0", metadata=_check(_redis_url))
+    redis_cluster: bool = False  # EMQ_REDIS_URL names one node of a Redis Cluster
     zk_hosts: str = field(default="127.0.0.1:2191", metadata=_check(_zk_hosts))
     namespace: Namespace = Namespace.ONLINE
     admin_token: str = field(default="", repr=False)
+    token: str = field(default="", repr=False)  # a tenant's API token, for the client and CLI
     api_url: str = field(default="http://127.0.0.1:8080", metadata=_check(_http_url))
     push_allow_cidrs: tuple[IPNetwork, ...] = ()
     max_group_qps: int = field(default=150, metadata=_check(_positive))

@@ -45,3 +45,22 @@ def test_raising_a_quota_never_removes_groups(qps: int) -> None:
 def test_bad_quota_is_refused(qps: object, cap: int) -> None:
     with pytest.raises(InvalidInput):
         split_quota(qps, cap)  # type: ignore[arg-type]
+
+
+@given(
+    qps=st.integers(min_value=1, max_value=100_000),
+    extra=st.integers(min_value=0, max_value=50),
+)
+def test_a_topic_may_keep_more_groups_than_it_needs(qps: int, extra: int) -> None:
+    groups = min(qps, group_count(qps) + extra)
+    quotas = split_quota(qps, groups=groups)
+    assert len(quotas) == groups
+    assert sum(quotas) == qps
+    assert min(quotas) >= 1 and max(quotas) <= 150
+
+
+@pytest.mark.parametrize(("qps", "groups"), [(1000, 6), (5, 6), (100, 0)])
+def test_a_group_count_outside_the_bounds_is_refused(qps: int, groups: int) -> None:
+    with pytest.raises(InvalidInput) as info:
+        split_quota(qps, groups=groups)
+    assert info.value.field == "groups"
