@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+import math
+from collections import Counter
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from capacity.rate import QpsCounter
+
+
+def _simulate(
+    qps: int, tick_s: float, seconds: float, start: float, jitter: list[float]
+) -> list[float]:
+    """A backlogged group dispatched every ``tick_s`` (plus jitter): the send times."""
+    counter = QpsCounter(qps)
+    sends: list[float] = []
+    t = start
+    i = 0
+    while t < start + seconds:
+        sends += [t] * counter.reserve(10_000, t)
+        t += tick_s + jitter[i % len(jitter)]
+        i += 1
+    return sends
+
+
+def _max_window(sends: list[float], width: float = 1.0) -> int:
+    best, j = 0, 0
+    for i, t in enumerate(sends):
+        while sends[j] <= t - width:
+            j += 1
+        best = max(best, i - j + 1)
+    return best
+
+
+@settings(max_examples=80, deadline=None)
+@given(
+    qps=st.integers(1, 2000),
+    start=st.floats(1_700_000_000, 1_700_000_001),
+    jitter=st.lists(st.floats(0, 0.05), min_size=1, max_size=10),
+)
+def test_any_one_second_window_stays_near_the_quota(
+    qps: int, start: float, jitter: list[float]
+) -> None:
+    sends = _simulate(qps, 0.01, 5.0, start, jitter)
+    assert _max_window(sends) <= qps + 1 + qps * 0.01
+    assert max(Counter(math.floor(t) for t in sends).values()) <= qps
+
+
+@settings(max_examples=60, deadline=None)
+@given(qps=st.integers(1, 2000), start=st.floats(1_700_000_000, 1_700_000_001))
+def test_a_backlogged_group_gets_its_quota_every_wall_clock_second(qps: int, start: float) -> None:
+    sends = _simulate(qps, 0.01, 6.0, start, [0.0])
+    per_second = Counter(math.floor(t) for t in sends)
+    full = [per_second[s] for s in range(math.floor(start) + 1, math.floor(start) + 5)]
+    assert all(qps - 1 <= n <= qps for n in full), full
+    assert sum(full) >= 4 * qps - 1
+
+
+def test_an_idle_group_waking_mid_second_gets_no_burst() -> None:
+    c = QpsCounter(150)
+    assert c.reserve(1000, 100.5) == 2  # one burst's worth (2.5 tokens), not half the quota
+    assert c.reserve(1000, 100.6) == 2
+    assert c.reserve(1000, 100.61) == 2  # 0.5 left + 1.5 accrued
+
+
+def test_rollback_returns_the_budget() -> None:
+    c = QpsCounter(100)  # burst 2 tokens
+    assert c.reserve(5, 10.0) == 2
+    assert c.available(10.0) == 0
+    c.rollback(1, 10.0)
+    assert c.available(10.0) == 1
+    c.rollback(1, 11.0)  # another second: the token comes back, this second's count is untouched
+    assert c.available(11.0) == 2
+
+
+def test_a_second_never_exceeds_the_quota_even_with_rollbacks() -> None:
+    c = QpsCounter(10, burst_s=1.0)
+    granted = 0
+    t = 50.0
+    while t < 51.0:
+        got = c.reserve(3, t)
+        c.rollback(got // 2, t)
+        granted += got - got // 2
+        t += 0.01
+    assert granted <= 10
+
+
+def test_quota_change_applies_at_once() -> None:
+    c = QpsCounter(100)
+    sent = sum(c.reserve(1000, 5.0 + i / 100) for i in range(100))
+    assert 99 <= sent <= 100
+    c.set_qps(10)
+    sent = sum(c.reserve(1000, 6.0 + i / 100) for i in range(100))
+    assert 9 <= sent <= 10
