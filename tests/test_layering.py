@@ -62,7 +62,7 @@ RULES = {
     ),
     "worker": Rule(
         frozenset({"emq.core", "capacity", "allocator"}),
-        frozenset({"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client"}),
+        frozenset({"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client", "standardwebhooks"}),
         frozenset({"redis", "pyspark"}),
     ),
     "spark": Rule(

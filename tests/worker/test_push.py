@@ -1,0 +1,230 @@
+"""The push executor on real HTTP over loopback: SSRF matrix, signatures, timeouts, caps."""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+from aiohttp import web
+from standardwebhooks import Webhook
+
+from emq.errors import DestinationRefused
+from emq.interfaces import PushRequest
+from worker.push import PushExecutor, parse_retry_after
+from worker.settings import WorkerSettings
+from worker.signing import signature_headers
+from worker.ssrf import AddressPolicy
+
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+LOOPBACK = (ipaddress.ip_network("127.0.0.0/8"), ipaddress.ip_network("::1/128"))
+
+
+class Listener:
+    """A raw TCP listener that counts every connection that reaches it."""
+
+    def __init__(self) -> None:
+        self.connections = 0
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.connections += 1
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    async def start(self, host: str = "127.0.0.1") -> None:
+        self.server = await asyncio.start_server(self._accept, host, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+
+@pytest.fixture
+async def listener() -> AsyncIterator[Listener]:
+    lst = Listener()
+    await lst.start()
+    yield lst
+    assert lst.server is not None
+    lst.server.close()
+    await lst.server.wait_closed()
+
+
+def _req(url: str, **kw: Any) -> PushRequest:
+    return PushRequest(
+        url=url, method="POST", headers=kw.pop("headers", {}), body=b"{}", endpoint="t", **kw
+    )
+
+
+REFUSED_HOSTS = [
+    "127.0.0.1",
+    "localhost",
+    "127.1",
+    "2130706433",
+    "0x7f000001",
+    "0x7f.0.0.1",
+    "0177.0.0.1",
+    "017700000001",
+    "[::1]",
+    "[::ffff:127.0.0.1]",
+    "[::ffff:7f00:1]",
+    "[64:ff9b::7f00:1]",
+    "0.0.0.0",
+]
+
+
+@pytest.mark.parametrize("host", REFUSED_HOSTS)
+async def test_no_connection_reaches_a_refused_address(listener: Listener, host: str) -> None:
+    async with PushExecutor(WorkerSettings(), AddressPolicy()) as pusher:
+        with pytest.raises(DestinationRefused) as info:
+            result = await pusher.push(_req(f"http://{host}:{listener.port}/hook"))
+            pytest.fail(f"{host} was not refused: {result}")
+        assert info.value.retryable is False
+    assert listener.connections == 0
+
+
+@pytest.mark.parametrize(
+    ("address", "refused"),
+    [
+        ("10.1.2.3", True),
+        ("172.16.0.1", True),
+        ("192.168.1.1", True),
+        ("100.64.0.1", True),  # CGNAT
+        ("169.254.169.254", True),  # cloud metadata
+        ("169.254.1.1", True),
+        ("224.0.0.1", True),
+        ("239.255.255.250", True),
+        ("255.255.255.255", True),
+        ("0.0.0.0", True),
+        ("192.0.2.1", True),  # documentation
+        ("198.18.0.1", True),  # benchmarking
+        ("fe80::1", True),
+        ("fc00::1", True),
+        ("fd12:3456::1", True),
+        ("ff02::1", True),
+        ("::", True),
+        ("::ffff:10.0.0.1", True),
+        ("::ffff:169.254.169.254", True),
+        ("2002:7f00:1::", True),  # 6to4 carrying 127.0.0.1
+        ("8.8.8.8", False),
+        ("1.1.1.1", False),
+        ("2606:4700:4700::1111", False),
+        ("::ffff:8.8.8.8", False),
+    ],
+)
+def test_address_policy_matrix(address: str, refused: bool) -> None:
+    reason = AddressPolicy().refusal(ipaddress.ip_address(address))
+    assert (reason is not None) is refused, reason
+
+
+def test_allowlist_overrides_only_what_it_lists() -> None:
+    policy = AddressPolicy([ipaddress.ip_network("10.0.0.0/8")])
+    assert policy.refusal(ipaddress.ip_address("10.9.9.9")) is None
+    assert policy.refusal(ipaddress.ip_address("::ffff:10.9.9.9")) is None
+    assert policy.refusal(ipaddress.ip_address("192.168.0.1")) is not None
+    assert policy.refusal(ipaddress.ip_address("127.0.0.1")) is not None
+
+
+class Sink:
+    """A real aiohttp endpoint recording requests; behaviour set per test."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], bytes]] = []
+        self.status = 200
+        self.headers: dict[str, str] = {}
+        self.delay_s = 0.0
+        self.body = b"ok"
+
+    async def handle(self, request: web.Request) -> web.StreamResponse:
+        self.requests.append((dict(request.headers), await request.read()))
+        if self.delay_s:
+            await asyncio.sleep(self.delay_s)
+        return web.Response(status=self.status, headers=self.headers, body=self.body)
+
+
+@pytest.fixture
+async def sink() -> AsyncIterator[tuple[Sink, str]]:
+    s = Sink()
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", s.handle)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    yield s, f"http://127.0.0.1:{port}"
+    await runner.cleanup()
+
+
+async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: tuple[Sink, str]) -> None:
+    s, base = sink
+    body = json.dumps({"order": 1})
+    headers = {"Content-Type": "application/json"} | signature_headers(
+        SECRET, "msg_1", time.time(), body
+    )
+    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+        result = await pusher.push(
+            PushRequest(f"{base}/hook", "POST", headers, body.encode(), endpoint="t")
+        )
+    assert result.status == 200 and result.error is None
+    (got_headers, got_body) = s.requests[0]
+    assert Webhook(SECRET).verify(got_body, got_headers) == {"order": 1}
+    assert "Cookie" not in got_headers and "User-Agent" not in got_headers
+
+
+async def test_redirects_are_not_followed(sink: tuple[Sink, str]) -> None:
+    s, base = sink
+    s.status, s.headers = 302, {"Location": "http://169.254.169.254/latest"}
+    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+        result = await pusher.push(_req(f"{base}/hook"))
+    assert result.status == 302
+    assert len(s.requests) == 1
+
+
+async def test_timeout_is_an_error_result_not_an_exception(sink: tuple[Sink, str]) -> None:
+    s, base = sink
+    s.delay_s = 2.0
+    settings = WorkerSettings(request_timeout_s=0.3)
+    async with PushExecutor(settings, AddressPolicy(LOOPBACK)) as pusher:
+        start = time.monotonic()
+        result = await pusher.push(_req(f"{base}/slow"))
+    assert result.status == 0 and result.error == "timed out"
+    assert time.monotonic() - start < 1.5
+
+
+async def test_connection_refused_is_retryable_result() -> None:
+    from emq.stack import free_port
+
+    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+        result = await pusher.push(_req(f"http://127.0.0.1:{free_port()}/x"))
+    assert result.status == 0 and result.error and "connect" in result.error
+
+
+async def test_response_reads_are_capped(sink: tuple[Sink, str]) -> None:
+    s, base = sink
+    s.body = b"x" * (5 * 1024 * 1024)
+    async with PushExecutor(
+        WorkerSettings(max_response_bytes=1024), AddressPolicy(LOOPBACK)
+    ) as pusher:
+        result = await pusher.push(_req(f"{base}/big"))
+    assert result.status == 200
+
+
+async def test_retry_after_is_parsed_from_the_response(sink: tuple[Sink, str]) -> None:
+    s, base = sink
+    s.status, s.headers = 429, {"Retry-After": "7"}
+    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+        result = await pusher.push(_req(f"{base}/busy"))
+    assert (result.status, result.retry_after_s) == (429, 7.0)
+
+
+def test_retry_after_forms() -> None:
+    now = 1_700_000_000.0
+    assert parse_retry_after("120", now) == 120.0
+    assert parse_retry_after("Tue, 14 Nov 2023 22:13:40 GMT", now) == pytest.approx(20.0)
+    assert parse_retry_after("soon", now) is None
+    assert parse_retry_after(None, now) is None
+    assert parse_retry_after("99999999", now) == 24 * 3600.0

@@ -1,0 +1,109 @@
+"""The push executor: one aiohttp session delivering signed requests, guarded against SSRF.
+
+One ``ClientSession`` per process (connection reuse, one DNS cache), no cookie jar, no default
+headers, redirects never followed, a connect timeout and a total timeout, and at most
+``max_response_bytes`` of a response read (a receiver cannot make us buffer a huge body).
+Concurrency is bounded by the caller: the worker runs a fixed pool of sender tasks and caps each
+topic's in-flight requests before handing them here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import email.utils
+import logging
+import time
+
+import aiohttp
+from yarl import URL
+
+from emq.errors import DestinationRefused
+from emq.interfaces import Pusher, PushRequest, PushResult
+from worker.settings import WorkerSettings
+from worker.ssrf import AddressPolicy, GuardedResolver
+
+log = logging.getLogger(__name__)
+
+MAX_RETRY_AFTER_S = 24 * 3600.0
+
+
+def parse_retry_after(value: str | None, now: float) -> float | None:
+    """Seconds to wait from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return min(float(value), MAX_RETRY_AFTER_S)
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return min(max(0.0, when.timestamp() - now), MAX_RETRY_AFTER_S)
+
+
+class PushExecutor(Pusher):
+    """Sends :class:`PushRequest` s; use as ``async with`` or call :meth:`start`/:meth:`aclose`."""
+
+    def __init__(self, settings: WorkerSettings, policy: AddressPolicy) -> None:
+        self._settings = settings
+        self._policy = policy
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        if self._session is not None:
+            return
+        connector = aiohttp.TCPConnector(
+            resolver=GuardedResolver(self._policy),
+            limit=0,  # the sender pool is the limit
+            ttl_dns_cache=10,
+            enable_cleanup_closed=True,
+        )
+        self._session = aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            timeout=aiohttp.ClientTimeout(
+                total=self._settings.request_timeout_s,
+                sock_connect=self._settings.connect_timeout_s,
+            ),
+            skip_auto_headers=("User-Agent",),
+            auto_decompress=False,
+            trust_env=False,  # never route pushes through an environment proxy
+        )
+
+    async def __aenter__(self) -> PushExecutor:
+        await self.start()
+        return self
+
+    async def aclose(self) -> None:
+        if self._session is not None:
+            session, self._session = self._session, None
+            await session.close()
+
+    async def push(self, request: PushRequest) -> PushResult:
+        if self._session is None:
+            await self.start()
+        assert self._session is not None
+        url = URL(request.url, encoded=False)
+        self._policy.check_host(url.host or "")
+        start = time.perf_counter()
+        try:
+            async with self._session.request(
+                request.method,
+                url,
+                headers=dict(request.headers),
+                data=request.body,
+                allow_redirects=False,
+            ) as response:
+                await response.content.read(self._settings.max_response_bytes)
+                retry_after = parse_retry_after(response.headers.get("Retry-After"), time.time())
+                return PushResult(response.status, time.perf_counter() - start, retry_after)
+        except DestinationRefused:
+            raise
+        except TimeoutError:
+            return PushResult(0, time.perf_counter() - start, error="timed out")
+        except aiohttp.ClientConnectorError as e:
+            if isinstance(e.os_error, DestinationRefused):
+                raise e.os_error from None
+            return PushResult(0, time.perf_counter() - start, error=f"connect failed: {e}")
+        except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as e:
+            return PushResult(0, time.perf_counter() - start, error=f"{type(e).__name__}: {e}")

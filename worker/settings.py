@@ -1,0 +1,24 @@
+"""Settings of ``emq worker`` (env ``EMQ_WORKER_*``, TOML table ``[worker]``)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class WorkerSettings:
+    id: str = ""  # empty: <hostname>-<pid>
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = 9101  # 0 turns the metrics server off
+    senders: int = 256  # fixed pool of HTTP sender tasks
+    connect_timeout_s: float = 5.0
+    request_timeout_s: float = 10.0
+    max_response_bytes: int = 64 * 1024
+    buffer_seconds: float = 2.0  # fetch about this many seconds of a group's quota ahead
+    tick_s: float = 0.005  # dispatcher period
+    checkpoint_interval_s: float = 1.0
+    history_interval_s: float = 10.0
+    sweep_interval_s: float = 30.0  # safety net: re-read every owned queue this often
+    retain_entries: int = 0  # entries kept below a checkpoint for replay
+    shutdown_grace_s: float = 10.0
+    aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
