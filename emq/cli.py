@@ -14,11 +14,15 @@ import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
+from urllib.parse import urlsplit
 
 from emq import __version__
+from emq.api.app import ApiSettings
+from emq.commands import add_commands
 from emq.errors import EmqError
 from emq.settings import Settings, load, read_toml, unknown_env
 from emq.stack import Service, local_stack
+from worker.settings import WorkerSettings
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -31,13 +35,26 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {message} (see '{self.prog} --help')\n")
 
 
+SECTIONS: dict[str, tuple[type[Any], str]] = {
+    "api": (ApiSettings, "EMQ_API_"),
+    "worker": (WorkerSettings, "EMQ_WORKER_"),
+}
+
+
 def _settings(args: argparse.Namespace) -> Settings:
     env = dict(os.environ)
-    unknown = unknown_env(env, [Settings])
+    unknown = unknown_env(env, [Settings], {prefix: cls for cls, prefix in SECTIONS.values()})
     if unknown:
         raise EmqError(f"unknown setting {unknown[0]} in the environment (a typo?)")
     path = args.config or env.get("EMQ_CONFIG")
-    table = read_toml(path) if path else None
+    table = dict(read_toml(path)) if path else {}
+    sections = {name: table.pop(name, {}) for name in SECTIONS}
+    args.sections = {
+        name: load(
+            cls, env, sections[name], env_prefix=prefix, source=f"config file {path} [{name}]"
+        )
+        for name, (cls, prefix) in SECTIONS.items()
+    }
     return load(Settings, env, table, source=f"config file {path}")
 
 
@@ -79,6 +96,69 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
+    import uvloop
+
+    from emq.api.server import serve
+
+    if not settings.admin_token:
+        raise EmqError("EMQ_ADMIN_TOKEN is not set: the admin API needs a token")
+    url = urlsplit(settings.api_url)
+    host = args.host or url.hostname or "127.0.0.1"
+    port = args.port or url.port or 8080
+    uvloop.run(serve(settings, args.sections["api"], host, port))
+    return 0
+
+
+def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
+    import uvloop
+
+    from emq.compose import open_config, open_history, open_queues
+    from worker.main import default_worker_id, run_worker
+    from worker.standalone import StandaloneAssignment
+
+    if not args.standalone:
+        raise EmqError("fleet mode (ZooKeeper assignment) is not available yet: use --standalone")
+    wsettings: WorkerSettings = args.sections["worker"]
+    worker_id = args.id or wsettings.id or default_worker_id()
+
+    async def main() -> None:
+        queues = await open_queues(settings)
+        config = await open_config(settings)
+        history = open_history(settings)
+        try:
+            await run_worker(
+                worker_id,
+                settings.namespace,
+                wsettings,
+                queues=queues,
+                config=config,
+                assignment=StandaloneAssignment(config, settings.namespace),
+                history=history,
+                allow=settings.push_allow_cidrs,
+                max_group_qps=settings.max_group_qps,
+            )
+        finally:
+            await history.aclose()
+            await config.aclose()
+            await queues.aclose()
+
+    uvloop.run(main())
+    return 0
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    from emq.bench import enqueue
+
+    result = enqueue.run(duration_s=args.duration_s)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key in ("jobs_per_s", "requests_per_s", "p50_ms", "p99_ms"):
+            print(f"{key:<16} {result[key]}")
+    return 0
+
+
 # --------------------------------------------------------------------------- parser
 
 
@@ -109,10 +189,43 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(stack)
     stack.set_defaults(func=cmd_stack)
 
+    api = sub.add_parser(
+        "api",
+        help="serve the tenant and admin HTTP API",
+        description="Serve the HTTP API on the host and port of EMQ_API_URL until SIGTERM; "
+        "in-flight requests finish before it exits.",
+    )
+    api.add_argument("--host", help="listen address (default: EMQ_API_URL's host)")
+    api.add_argument("--port", type=int, help="listen port (default: EMQ_API_URL's port)")
+    api.set_defaults(func=cmd_api)
+
+    worker = sub.add_parser(
+        "worker",
+        help="run a worker: fetch, rate-limit and push jobs",
+        description="Run a worker until SIGTERM. --standalone owns every group itself (one "
+        "machine, no fleet); topic configuration is read from ZooKeeper either way. Settings: "
+        "EMQ_WORKER_* (senders, timeouts, buffer_seconds, metrics_port, ...).",
+    )
+    worker.add_argument("--id", help="worker id (default: <hostname>-<pid>)")
+    worker.add_argument("--standalone", action="store_true", help="own every group, no fleet")
+    worker.set_defaults(func=cmd_worker)
+
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark and print its figures",
+        description="Benchmarks start their own servers on free loopback ports and print the "
+        "measured figures (JSON with --json), with a description of the machine.",
+    )
+    bench.add_argument("name", choices=["enqueue"])
+    bench.add_argument("--duration-s", type=float, default=10.0, help="seconds per run")
+    _json_flag(bench)
+    bench.set_defaults(func=cmd_bench)
+
     config = sub.add_parser("config", help="show the effective settings")
     config.add_argument("action", choices=["show"])
     _json_flag(config)
     config.set_defaults(func=cmd_config)
+    add_commands(sub)
     return parser
 
 
@@ -132,6 +245,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ERROR
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:  # `emq ... | head`: the reader left, which is not an error
+        sys.stderr.close()
+        return 0
 
 
 def _one_line(e: Any) -> str:

@@ -116,6 +116,15 @@ class PutResult:
 
 
 @dataclass(frozen=True, slots=True)
+class Scheduled:
+    """A job to put back later: a retry, or a delayed job."""
+
+    priority: Priority
+    payload: bytes
+    due_ms: int
+
+
+@dataclass(frozen=True, slots=True)
 class DeadLetter:
     """A job that exhausted its attempts (or was refused outright), with why."""
 
@@ -138,6 +147,10 @@ class QueueBackend(AsyncResource):
 
     Errors: :class:`~emq.errors.BackendUnavailable` when the store cannot be reached.
     """
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Check the store answers; ``BackendUnavailable`` if it does not."""
 
     @abc.abstractmethod
     async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
@@ -209,9 +222,48 @@ class QueueBackend(AsyncResource):
         Atomic per letter; returns how many were moved.
         """
 
+    @abc.abstractmethod
+    async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
+        """Park jobs in the group's delayed set until due (retries); guarded by ``epoch``."""
+
+    @abc.abstractmethod
+    async def write_checkpoints(
+        self, items: Sequence[tuple[QueueRef, Offset, int]]
+    ) -> set[GroupRef]:
+        """Many ``(queue, offset, epoch)`` checkpoint writes in one round trip.
+
+        Returns the groups whose writes were fenced (and did nothing); never raises ``Fenced``.
+        """
+
+    @abc.abstractmethod
+    async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
+        """Many ``(queue, epoch, retain)`` trims in one round trip; returns the fenced groups."""
+
+    @abc.abstractmethod
+    async def wait_ready(
+        self, cursor: str | None, timeout_s: float, count: int = 10_000
+    ) -> tuple[str, list[str]]:
+        """Block up to ``timeout_s`` for ready signals after ``cursor`` (``None``: from now).
+
+        Returns the next cursor and the names (``str(GroupRef)``) of groups that got work.
+        Signals are hints: a lost one only delays work until the worker's sweep.
+        """
+
+    @abc.abstractmethod
+    async def due_groups(self, now_ms: int, limit: int) -> list[str]:
+        """Names of groups whose delayed set may hold a job due at ``now_ms``."""
+
+    @abc.abstractmethod
+    async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
+        """Refresh the due index of these groups from their delayed sets."""
+
 
 class ConfigStore(AsyncResource):
     """Tenants and topics: versioned, so concurrent admins never overwrite each other."""
+
+    @abc.abstractmethod
+    async def ping(self) -> None:
+        """Check the store answers; ``BackendUnavailable`` if it does not."""
 
     @abc.abstractmethod
     async def create_tenant(self, tenant: Tenant) -> None:
@@ -303,3 +355,43 @@ class Pusher(AsyncResource):
     @abc.abstractmethod
     async def push(self, request: PushRequest) -> PushResult:
         """Send ``request``; raises ``DestinationRefused`` if the SSRF guard refuses it."""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryRow:
+    """One source's traffic of one topic over one interval (the capacity planner's input).
+
+    Several rows may share a topic and an interval (the API and every worker owning one of its
+    groups write their own); readers add the counters up and weight the latencies.
+    """
+
+    interval_start: int  # epoch seconds, a multiple of interval_s
+    interval_s: int
+    namespace: str
+    tenant: str
+    topic: str
+    source: str  # "api" or a worker id
+    enqueued: int = 0
+    delivered: int = 0
+    throttled_backlog: int = 0  # jobs buffered and waiting for quota at the interval's end
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    p50_ms: float = 0.0
+    p99_ms: float = 0.0
+    quota: int = 0
+    groups: int = 0
+
+
+class HistoryStore(AsyncResource):
+    """Where traffic history is recorded until ``emq history export`` takes it."""
+
+    @abc.abstractmethod
+    async def record(self, rows: Sequence[HistoryRow]) -> None:
+        """Append rows (one round trip)."""
+
+    @abc.abstractmethod
+    def read(
+        self, since_s: int | None = None, batch: int = 10_000
+    ) -> AsyncIterator[list[HistoryRow]]:
+        """Yield the recorded rows, oldest first, in batches."""

@@ -88,10 +88,17 @@ class RedisKeys:
         """Signals which groups received work, so idle queues need not be polled."""
         return f"{self.prefix}:ready"
 
-    def history(self, topic: TopicRef) -> str:
-        """Per-interval traffic records of a topic, for the capacity planner."""
-        parts = (topic.namespace.value, topic.tenant, topic.topic)
-        return f"{self.prefix}:history:" + ":".join(escape(p) for p in parts)
+    def due_index(self) -> str:
+        """Groups whose delayed set may hold a job, scored by its earliest due time (a hint).
+
+        One sorted set for every group (outside the groups' hash tags): member ``str(group)``,
+        score the due epoch milliseconds, never later than the group's earliest delayed job.
+        """
+        return f"{self.prefix}:due"
+
+    def history_log(self) -> str:
+        """The capped stream of traffic-history rows (every topic, every source)."""
+        return f"{self.prefix}:history"
 
 
 def _zk_component(value: str, what: str) -> str:
@@ -146,3 +153,11 @@ class ZkPaths:
 
     def tenant(self, tenant: str) -> str:
         return f"{self.tenants()}/{_zk_component(tenant, 'tenant')}"
+
+    def tenants_version(self) -> str:
+        """Bumped in the transaction of every tenant write: one watch tells "tenants changed"."""
+        return f"{self.root}/tenants-version"
+
+    def config_version(self, ns: Namespace) -> str:
+        """Bumped in the transaction of every topic write of ``ns``: one watch per namespace."""
+        return f"{self.namespace(ns)}/config-version"

@@ -141,11 +141,21 @@ def read_toml(path: str | Path) -> dict[str, Any]:
         raise ConfigError(f"config file {path}: {e}") from None
 
 
-def unknown_env(env: Mapping[str, str], classes: Iterable[type[Any]]) -> list[str]:
-    """``EMQ_*`` variables that no settings class knows (likely typos)."""
+def unknown_env(
+    env: Mapping[str, str],
+    classes: Iterable[type[Any]],
+    prefixed: Mapping[str, type[Any]] | None = None,
+) -> list[str]:
+    """``EMQ_*`` variables that no settings class knows (likely typos).
+
+    ``classes`` use the plain ``EMQ_`` prefix; ``prefixed`` maps other prefixes (``EMQ_API_``)
+    to the class read with them.
+    """
     known = set(EXTRA_ENV)
     for cls in classes:
         known.update(env_name(f.name) for f in dataclasses.fields(cls))
+    for prefix, cls in (prefixed or {}).items():
+        known.update(env_name(f.name, prefix) for f in dataclasses.fields(cls))
     return sorted(k for k in env if k.startswith(ENV_PREFIX) and k not in known)
 
 

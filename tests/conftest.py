@@ -109,5 +109,5 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
         for name in ("redis_server", "zk_server"):
             service = funcargs.get(name)
             if isinstance(service, Service):
-                report.sections.append((f"{service.name} log (tail)", service.log_tail()))
+                report.sections.append((f"{service.name} log (tail)", service.log_tail(30)))
     return report

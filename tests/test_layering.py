@@ -62,7 +62,9 @@ RULES = {
     ),
     "worker": Rule(
         frozenset({"emq.core", "capacity", "allocator"}),
-        frozenset({"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client", "standardwebhooks"}),
+        frozenset(
+            {"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client", "standardwebhooks"}
+        ),
         frozenset({"redis", "pyspark"}),
     ),
     "spark": Rule(

@@ -1,0 +1,775 @@
+"""Physical queues on Redis Streams, for a standalone Redis or a Redis Cluster.
+
+Layout (keys from :class:`~emq.naming.RedisKeys`; every key of a group shares its hash tag, so a
+group lives on one Cluster slot and each Lua script touches one slot only; the scripts and the
+formats they share with the in-memory backend are in :mod:`adapters._redis_scripts`):
+
+* ``stream(queue)``: the queue's log; one field ``d`` per entry holds the payload. Created by the
+  first XADD, so a queue that never got a job costs no key.
+* ``checkpoint(queue)``: hash ``{o: offset, e: epoch, n: entries committed so far}``.
+* ``epoch(group)``: the owner epoch; checkpoints, trims and dead letters carrying an older one are
+  refused (:class:`~emq.errors.Fenced`) inside the same script that would write.
+* ``delayed(group)``: sorted set of ``<priority>|<payload>`` scored by due epoch milliseconds.
+* ``dlq(group)``: stream of dead letters (fields priority, payload, error, status, attempts,
+  failed_at).
+* ``idempotency(group, key)``: ``SET NX EX window`` marker holding the first job id.
+
+Two global keys, outside every group's hash tag, carry hints for the workers (never passed to a
+script with group keys, so a Cluster never answers CROSSSLOT):
+
+* ``ready()``: a stream (capped at ~:data:`READY_MAXLEN` entries); each write that appends jobs
+  (put, promote_due, replay_dead) adds one entry whose field ``g`` holds the names
+  (``str(GroupRef)``, one per line) of the groups it appended to. :meth:`wait_ready` blocks on it
+  (XREAD BLOCK) on a dedicated client, so a worker owning 10 000 queues never polls idle ones.
+* ``due_index()``: a sorted set, member ``str(GroupRef)``, score the earliest due time of the
+  group's delayed set (or earlier: a stale entry is harmless, :meth:`reindex_delayed` refreshes it).
+
+Hints are not atomic with the writes they announce (they live on another slot): they are sent
+after them (on a standalone server in the same pipeline, which one server runs in order; on a
+Cluster in a second round trip, since a pipeline's nodes run concurrently), so a worker woken by
+one finds the work. A lost hint (a failure between the two) only delays the work until the
+worker's periodic sweep, so a failed hint is logged, not raised.
+
+Backlog is ``entries-added`` (XINFO STREAM, Redis >= 7.0) minus the checkpoint's committed count,
+which stays right after trims. Every many-queue call is one pipeline (``transaction=False``; a
+Cluster pipeline splits by node). A put sends its plain items as one APPEND script per Cluster
+slot (one in all on a standalone server) rather than one XADD each: redis-py spends ~20 us of
+Python per pipelined command, which would cap a 2-core API far below 30k jobs/s; jobs with an
+idempotency key or a due time take one PUT script each. Scripts run by EVALSHA; a node that lost
+its script cache (restart, failover) answers NOSCRIPT, and those commands, which did not run, are
+re-sent once after SCRIPT LOAD.
+
+Driver errors are translated at this seam: unreachable or transiently refusing Redis becomes
+:class:`~emq.errors.BackendUnavailable`. A put that fails half-way may have stored part of the
+batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import chain
+from typing import Any, NamedTuple, TypeAlias, TypeVar
+
+import redis.asyncio as aioredis
+from redis import exceptions as rex
+from redis.asyncio.cluster import RedisCluster
+from redis.commands.core import AsyncScript
+from redis.crc import key_slot
+
+from adapters import _redis_scripts as lua
+from emq.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.interfaces import (
+    Checkpoint,
+    DeadLetter,
+    Entry,
+    Offset,
+    PutItem,
+    PutResult,
+    QueueBackend,
+    Scheduled,
+)
+from emq.model import GroupRef, Priority, QueueRef
+from emq.naming import RedisKeys
+
+log = logging.getLogger(__name__)
+
+Client: TypeAlias = "aioredis.Redis | RedisCluster"
+Command: TypeAlias = Sequence[Any]
+_Slot: TypeAlias = tuple[int, int]
+_T = TypeVar("_T")
+
+
+class _QueueKeys(NamedTuple):
+    """What the batch scripts need of one queue: its keys in their order, and its slot."""
+
+    stream: str
+    checkpoint: str
+    epoch: str
+    slot: int
+
+
+_BatchItem: TypeAlias = tuple[GroupRef, _QueueKeys, str]  # (group, keys, packed arguments)
+
+DEFAULT_IDEMPOTENCY_WINDOW_S = 86_400
+
+# Errors that mean "Redis can't serve this now" rather than "this request is wrong".
+_UNAVAILABLE = (
+    rex.ConnectionError,  # also BusyLoadingError (restarting with AOF), MaxConnectionsError
+    rex.TimeoutError,
+    rex.ClusterDownError,  # also MasterDownError
+    rex.TryAgainError,  # slot migrating
+    rex.ReadOnlyError,  # failover in progress
+    rex.OutOfMemoryError,
+    rex.SlotNotCoveredError,
+)
+
+_PUT_APPENDED, _PUT_DUPLICATE, _PUT_DELAYED = 0, 1, 2
+
+READY_MAXLEN = 100_000  # signals kept (approximately): a worker further behind relies on its sweep
+_BATCH_ITEMS = 500  # items per batch script: bounds how long one script holds the server
+_KEY_CACHE_MAX = 50_000  # queues whose batch-script keys are cached (a worker owns far fewer)
+_BLOCK_GRACE_S = 2.0  # a blocking read not answered this long after its BLOCK time: server hung
+
+
+def _offset(raw: bytes | str) -> Offset:
+    """A stream id as an :class:`Offset` (faster than ``Offset.parse``: ids are well formed)."""
+    text = raw.decode() if isinstance(raw, bytes) else raw
+    ms, _, seq = text.partition("-")
+    return Offset(int(ms), int(seq))
+
+
+def _text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+def _is_unreachable_cluster(e: BaseException) -> bool:
+    # RedisCluster wraps "no startup node answered" in a bare RedisClusterException.
+    return isinstance(e, rex.RedisClusterException) and isinstance(e.__cause__, _UNAVAILABLE)
+
+
+@contextlib.contextmanager
+def _translated(what: str) -> Iterator[None]:
+    """Turn driver errors meaning "unavailable" into :class:`BackendUnavailable`."""
+    try:
+        yield
+    except _UNAVAILABLE as e:
+        raise BackendUnavailable(f"redis unavailable during {what}: {e}") from e
+    except rex.RedisClusterException as e:
+        if _is_unreachable_cluster(e):
+            raise BackendUnavailable(f"redis cluster unreachable during {what}: {e}") from e
+        raise
+
+
+class RedisQueueBackend(QueueBackend):
+    """:class:`~emq.interfaces.QueueBackend` on Redis Streams (standalone or Cluster client).
+
+    Takes ownership of ``client`` and ``blocking_client``: :meth:`aclose` closes them.
+    ``blocking_client`` (made by :func:`connect`, with no socket timeout) serves the blocking
+    reads of :meth:`wait_ready`; without it one is derived from a standalone ``client``'s pool,
+    and a Cluster ``client`` is shared (its socket timeout must then exceed the wait).
+    """
+
+    def __init__(
+        self,
+        client: Client,
+        keys: RedisKeys,
+        *,
+        idempotency_window_s: int = DEFAULT_IDEMPOTENCY_WINDOW_S,
+        blocking_client: Client | None = None,
+    ) -> None:
+        if idempotency_window_s <= 0:
+            raise ValueError("idempotency_window_s must be greater than 0")
+        self._client = client
+        # wait_ready's XREAD BLOCK holds a connection for seconds: on its own client it neither
+        # takes the main pool's connections nor trips the main client's socket timeout.
+        self._blocking = blocking_client or _blocking_twin(client)
+        self._keys = keys
+        self._window = str(int(idempotency_window_s))
+        self._cluster = isinstance(client, RedisCluster)
+        self._key_cache: dict[QueueRef, _QueueKeys] = {}
+        self._closed = False
+        register = client.register_script
+        self._append = register(lua.APPEND)
+        self._put = register(lua.PUT)
+        self._claim = register(lua.CLAIM)
+        self._write_checkpoint = register(lua.WRITE_CHECKPOINT)
+        self._write_checkpoints = register(lua.WRITE_CHECKPOINTS)
+        self._trim = register(lua.TRIM)
+        self._trim_many = register(lua.TRIM_MANY)
+        self._schedule = register(lua.SCHEDULE)
+        self._earliest = register(lua.EARLIEST_DUE)
+        self._backlog = register(lua.BACKLOG)
+        self._promote = register(lua.PROMOTE_DUE)
+        self._dead_letter = register(lua.DEAD_LETTER)
+        self._replay = register(lua.REPLAY_DEAD)
+        self._scripts = (
+            self._append,
+            self._put,
+            self._claim,
+            self._write_checkpoint,
+            self._write_checkpoints,
+            self._trim,
+            self._trim_many,
+            self._schedule,
+            self._earliest,
+            self._backlog,
+            self._promote,
+            self._dead_letter,
+            self._replay,
+        )
+
+    # ------------------------------------------------------------------ plumbing
+
+    @staticmethod
+    def _eval(script: AsyncScript, keys: Sequence[str], args: Sequence[Any]) -> Command:
+        return ("EVALSHA", script.sha, len(keys), *keys, *args)
+
+    async def load_scripts(self) -> None:
+        """Load every script into Redis (on a Cluster client, into every primary)."""
+        with _translated("script load"):
+            for script in self._scripts:
+                await self._client.script_load(script.script)
+        log.info("loaded %d Lua scripts into redis", len(self._scripts))
+
+    async def _pipeline(self, commands: Sequence[Command], what: str) -> list[Any]:
+        """Send ``commands`` in one pipeline; replies in order, the first error raised."""
+        if not commands:
+            return []
+        with _translated(what):
+            replies = await self._send(commands)
+            retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
+            if retry:
+                # Those commands did not run: re-sending them cannot apply anything twice.
+                await self.load_scripts()
+                for i, reply in zip(
+                    retry, await self._send([commands[i] for i in retry]), strict=True
+                ):
+                    replies[i] = reply
+            for reply in replies:
+                if isinstance(reply, Exception):
+                    raise reply
+        return replies
+
+    async def _send(self, commands: Sequence[Command]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies
+
+    async def _call(self, command: Command, what: str) -> Any:
+        return (await self._pipeline([command], what))[0]
+
+    def _group_streams(self, group: GroupRef) -> tuple[str, str, str]:
+        """The high, medium and low streams, in the order the scripts expect them."""
+        keys = self._keys
+        return (
+            keys.stream(group.queue(Priority.HIGH)),
+            keys.stream(group.queue(Priority.MEDIUM)),
+            keys.stream(group.queue(Priority.LOW)),
+        )
+
+    @staticmethod
+    def _fenced_result(reply: Any, group: GroupRef, epoch: int, what: str) -> Any:
+        """The result of a fenced script, or :class:`Fenced` if a newer owner claimed ``group``."""
+        ok, value = reply
+        if not ok:
+            raise Fenced(f"{what} on {group} with epoch {epoch}: group is at epoch {value}")
+        return value
+
+    async def ping(self) -> None:
+        await self._call(("PING",), "ping")
+
+    # ------------------------------------------------------------------ puts and reads
+
+    async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
+        """Store ``items``; then signal the groups appended to and index the delayed ones.
+
+        The hints of items without an idempotency key are known before sending; those of the
+        others wait for the replies, since a duplicate announces nothing.
+        """
+        commands, slots, hints = self._put_commands(items)
+        if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
+            commands += self._hint_commands(hints)
+            hints = _Hints()
+        replies = await self._pipeline(commands, "put")
+        results = []
+        for item, (index, position) in zip(items, slots, strict=True):
+            reply = replies[index]
+            if position >= 0:
+                results.append(PutResult(item.job_id, offset=_offset(reply[position])))
+                continue
+            result = _put_result(item, reply)
+            if item.idempotency_key is not None and not result.duplicate:
+                hints.add(str(item.queue.group), item.due_ms)
+            results.append(result)
+        await self._send_hints(hints, "put")
+        return results
+
+    def _put_commands(self, items: Sequence[PutItem]) -> tuple[list[Command], list[_Slot], _Hints]:
+        """One APPEND per Cluster slot for the plain items, one PUT script per other item.
+
+        ``slots[i]`` locates item ``i``'s reply: (command, position in an APPEND's reply) or
+        (command, -1). A scripted item closes the open APPEND of its slot, so each queue's
+        stream order is the order of ``items`` (a pipeline keeps command order per node). The
+        hints are those of the items without an idempotency key.
+        """
+        commands: list[Command | _Append] = []
+        slots: list[_Slot] = []
+        hints = _Hints()
+        appends: dict[int, _Append] = {}  # open APPEND per slot
+        streams: dict[QueueRef, tuple[str, int, str]] = {}  # a batch spans few queues
+        for item in items:
+            known = streams.get(item.queue)
+            if known is None:
+                key = self._keys.stream(item.queue)
+                known = streams[item.queue] = (key, self._slot(key), str(item.queue.group))
+            key, slot, name = known
+            if item.idempotency_key is None:
+                hints.add(name, item.due_ms)
+            if item.idempotency_key is None and item.due_ms is None:
+                append = appends.get(slot)
+                if append is None:
+                    append = appends[slot] = _Append(len(commands))
+                    commands.append(append)
+                slots.append((append.index, append.add(key, item.payload)))
+            else:
+                appends.pop(slot, None)
+                slots.append((len(commands), -1))
+                commands.append(self._put_script(item, key))
+        sha = self._append.sha
+        return [c.command(sha) if isinstance(c, _Append) else c for c in commands], slots, hints
+
+    def _slot(self, key: str) -> int:
+        """The key's Cluster slot; 0 on a standalone server, where any keys may go together."""
+        return key_slot(key.encode()) if self._cluster else 0
+
+    def _put_script(self, item: PutItem, stream: str) -> Command:
+        group = item.queue.group
+        keys = [stream, self._keys.delayed(group)]
+        if item.idempotency_key is not None:
+            keys.append(self._keys.idempotency(group, item.idempotency_key))
+        due = "" if item.due_ms is None else str(int(item.due_ms))
+        args = (item.job_id, item.payload, due, item.queue.priority.value, self._window)
+        return self._eval(self._put, keys, args)
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int
+    ) -> dict[QueueRef, list[Entry]]:
+        if count <= 0:
+            return {}
+        queues = list(requests)
+        commands = [
+            ("XRANGE", self._keys.stream(q), f"({requests[q]}", "+", "COUNT", count) for q in queues
+        ]
+        replies = await self._pipeline(commands, "read")
+        out: dict[QueueRef, list[Entry]] = {}
+        for queue, entries in zip(queues, replies, strict=True):
+            if entries:
+                out[queue] = [Entry(_offset(id_), fields[b"d"]) for id_, fields in entries]
+        return out
+
+    async def backlog(self, queues: Sequence[QueueRef]) -> list[int]:
+        keys = self._keys
+        commands = [
+            self._eval(self._backlog, (keys.stream(q), keys.checkpoint(q)), ()) for q in queues
+        ]
+        return [int(n) for n in await self._pipeline(commands, "backlog")]
+
+    # ------------------------------------------------------------------ delayed jobs
+
+    async def delayed(self, groups: Sequence[GroupRef]) -> list[int]:
+        commands = [("ZCARD", self._keys.delayed(g)) for g in groups]
+        return [int(n) for n in await self._pipeline(commands, "delayed")]
+
+    async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
+        if limit <= 0:
+            return 0
+        keys = (self._keys.delayed(group), *self._group_streams(group))
+        moved = await self._call(self._eval(self._promote, keys, (now_ms, limit)), "promote_due")
+        if moved:
+            log.debug("promoted %d due jobs of %s", moved, group)
+            await self._send_hints(_Hints.ready_of(group), "promote_due")
+        return int(moved)
+
+    async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
+        """Park ``items`` in the group's delayed set for the owner holding ``epoch``; index them.
+
+        Raises :class:`Fenced` (parking and indexing nothing) if a newer owner claimed the group.
+        Re-sending a schedule parks nothing twice (a member is unique in the set). The due-index
+        update follows the parking, so the index never announces a job that is not there yet.
+        """
+        args: list[Any] = [epoch]
+        for job in items:
+            args += (int(job.due_ms), job.priority.value.encode() + b"|" + job.payload)
+        keys = (self._keys.delayed(group), self._keys.epoch(group))
+        reply = await self._call(self._eval(self._schedule, keys, args), "schedule")
+        self._fenced_result(reply, group, epoch, "schedule")
+        if items:
+            hints = _Hints()
+            hints.add(str(group), min(int(job.due_ms) for job in items))
+            await self._send_hints(hints, "schedule")
+
+    async def due_groups(self, now_ms: int, limit: int) -> list[str]:
+        """Names (``str(GroupRef)``) of groups whose delayed set may hold a job due at ``now_ms``.
+
+        Earliest first, at most ``limit``. From the due index: a name may be listed although its
+        job was promoted already (promote_due then moves nothing; reindex_delayed clears it).
+        """
+        if limit <= 0:
+            return []
+        command = ("ZRANGEBYSCORE", self._keys.due_index(), "-inf", int(now_ms), "LIMIT", 0, limit)
+        return [_text(name) for name in await self._call(command, "due_groups")]
+
+    async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
+        """Set the due-index entries of ``groups`` to their earliest delayed job (or remove them).
+
+        Three pipelined round trips: read the earliest due times, write them, read them again.
+        A job parked between the first read and the write may have had its (earlier) index
+        entry overwritten; it was parked before its own index update, so the second read sees
+        it and ZADD LT puts the earlier time back. The index thus never runs late.
+        """
+        unique = list(dict.fromkeys(groups))
+        if not unique:
+            return
+        names = [str(g) for g in unique]
+        index = self._keys.due_index()
+        earliest = dict(zip(names, await self._earliest_due(unique), strict=True))
+        found = {name: due for name, due in earliest.items() if due is not None}
+        gone = [name for name, due in earliest.items() if due is None]
+        commands: list[Command] = []
+        if found:
+            commands.append(("ZADD", index, *_score_pairs(found)))
+        if gone:
+            commands.append(("ZREM", index, *gone))
+        await self._pipeline(commands, "reindex_delayed")
+        again = zip(names, await self._earliest_due(unique), strict=True)
+        missed = {n: due for n, due in again if due is not None and due < found.get(n, due + 1)}
+        if missed:
+            await self._pipeline([("ZADD", index, "LT", *_score_pairs(missed))], "reindex_delayed")
+
+    async def _earliest_due(self, groups: Sequence[GroupRef]) -> list[int | None]:
+        """For each group, the due time of its earliest delayed job (None if there is none)."""
+        delayed = [self._keys.delayed(g) for g in groups]
+        chunks = self._per_slot(range(len(groups)), lambda i: self._slot(delayed[i]))
+        commands = [self._eval(self._earliest, [delayed[i] for i in chunk], ()) for chunk in chunks]
+        out: list[int | None] = [None] * len(groups)
+        replies = await self._pipeline(commands, "reindex_delayed")
+        for chunk, reply in zip(chunks, replies, strict=True):
+            for i, score in zip(chunk, reply, strict=True):
+                out[i] = int(float(score)) if score else None
+        return out
+
+    # ------------------------------------------------------------------ ownership and progress
+
+    async def claim(self, group: GroupRef, epoch: int) -> None:
+        reply = await self._call(
+            self._eval(self._claim, (self._keys.epoch(group),), (epoch,)), "claim"
+        )
+        self._fenced_result(reply, group, epoch, "claim")
+
+    async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
+        offset, epoch = await self._call(
+            ("HMGET", self._keys.checkpoint(queue), "o", "e"), "read_checkpoint"
+        )
+        if offset is None:
+            return None
+        return Checkpoint(_offset(offset), int(epoch))
+
+    async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
+        keys = self._keys
+        script_keys = (keys.checkpoint(queue), keys.epoch(queue.group), keys.stream(queue))
+        command = self._eval(self._write_checkpoint, script_keys, (epoch, str(offset)))
+        reply = await self._call(command, "write_checkpoint")
+        self._fenced_result(reply, queue.group, epoch, f"checkpoint of {queue.priority}")
+
+    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
+        keys = self._keys
+        script_keys = (keys.stream(queue), keys.checkpoint(queue), keys.epoch(queue.group))
+        command = self._eval(self._trim, script_keys, (epoch, max(0, retain)))
+        reply = await self._call(command, "trim")
+        return int(self._fenced_result(reply, queue.group, epoch, f"trim of {queue.priority}"))
+
+    async def write_checkpoints(
+        self, items: Sequence[tuple[QueueRef, Offset, int]]
+    ) -> set[GroupRef]:
+        """Many :meth:`write_checkpoint` calls, (queue, offset, epoch) each, in one round trip.
+
+        One WRITE_CHECKPOINTS script per Cluster slot and 500 items, its arguments packed in one
+        string: redis-py spends ~20 us of Python per pipelined command and ~1 us per argument,
+        so 3000 EVALSHAs would cost far more than their work. Returns the groups with a fenced
+        item (those items changed nothing); never raises Fenced.
+        """
+        batch = [(q.group, self._queue_keys(q), f"{e} {o}") for q, o, e in items]
+        return await self._fenced_batch(self._write_checkpoints, batch, "write_checkpoints")
+
+    async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
+        """Many :meth:`trim` calls, (queue, epoch, retain) each, in one round trip.
+
+        Returns the groups with a fenced item (those items trimmed nothing); never raises Fenced.
+        """
+        batch = [(q.group, self._queue_keys(q), f"{e} {max(0, r)}") for q, e, r in items]
+        return await self._fenced_batch(self._trim_many, batch, "trim_many")
+
+    def _queue_keys(self, queue: QueueRef) -> _QueueKeys:
+        """The keys a batch script needs for ``queue``, cached: a worker commits the queues it
+        owns every second, and spelling three keys costs more than the rest of the call."""
+        known = self._key_cache.get(queue)
+        if known is None:
+            if len(self._key_cache) >= _KEY_CACHE_MAX:
+                self._key_cache.clear()
+            k = self._keys
+            stream = k.stream(queue)
+            known = _QueueKeys(
+                stream, k.checkpoint(queue), k.epoch(queue.group), self._slot(stream)
+            )
+            self._key_cache[queue] = known
+        return known
+
+    async def _fenced_batch(
+        self, script: AsyncScript, batch: Sequence[_BatchItem], what: str
+    ) -> set[GroupRef]:
+        """Run ``script`` over ``batch`` per slot; the groups of the items it reports fenced."""
+        chunks = self._per_slot(batch, lambda item: item[1].slot)
+        commands = [
+            self._eval(
+                script,
+                [key for _, keys, _ in chunk for key in keys[:3]],
+                ("\n".join(args for _, _, args in chunk),),
+            )
+            for chunk in chunks
+        ]
+        replies = await self._pipeline(commands, what)
+        return {
+            chunk[int(n) - 1][0]
+            for chunk, reply in zip(chunks, replies, strict=True)
+            for n in reply
+        }
+
+    def _per_slot(self, items: Iterable[_T], slot: Callable[[_T], int]) -> list[list[_T]]:
+        """``items`` gathered per Cluster slot, in order, in chunks of 500."""
+        per_slot: dict[int, list[_T]] = {}
+        for item in items:
+            per_slot.setdefault(slot(item), []).append(item)
+        return [
+            same[start : start + _BATCH_ITEMS]
+            for same in per_slot.values()
+            for start in range(0, len(same), _BATCH_ITEMS)
+        ]
+
+    # ------------------------------------------------------------------ dead letters
+
+    async def dead_letter(self, group: GroupRef, epoch: int, letters: Sequence[DeadLetter]) -> None:
+        args: list[Any] = [epoch]
+        for d in letters:
+            status = "" if d.status is None else d.status
+            args += (d.priority.value, d.payload, d.error, status, d.attempts, d.failed_at_ms)
+        keys = (self._keys.dlq(group), self._keys.epoch(group))
+        reply = await self._call(self._eval(self._dead_letter, keys, args), "dead_letter")
+        self._fenced_result(reply, group, epoch, "dead letter")
+
+    async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
+        if limit <= 0:
+            return []
+        start = "-" if after is None else f"({_dlq_id(after)}"
+        command = ("XRANGE", self._keys.dlq(group), start, "+", "COUNT", limit)
+        return [_dead_letter(id_, f) for id_, f in await self._call(command, "list_dead")]
+
+    async def replay_dead(self, group: GroupRef, ids: Sequence[str] | None, limit: int) -> int:
+        if limit <= 0 or (ids is not None and not ids):
+            return 0
+        args = [limit, *(_dlq_id(i) for i in ids or ())]
+        keys = (self._keys.dlq(group), *self._group_streams(group))
+        moved = int(await self._call(self._eval(self._replay, keys, args), "replay_dead"))
+        log.info("replayed %d dead letters of %s", moved, group)
+        if moved:
+            await self._send_hints(_Hints.ready_of(group), "replay_dead")
+        return moved
+
+    # ------------------------------------------------------------------ hints for the workers
+
+    def _hint_commands(self, hints: _Hints) -> list[Command]:
+        """The due-index and ready-signal writes of ``hints``: single-key global commands."""
+        commands: list[Command] = []
+        if hints.due:
+            commands.append(("ZADD", self._keys.due_index(), "LT", *_score_pairs(hints.due)))
+        if hints.ready:
+            names = "\n".join(hints.ready)
+            ready = self._keys.ready()
+            commands.append(("XADD", ready, "MAXLEN", "~", READY_MAXLEN, "*", "g", names))
+        return commands
+
+    async def _send_hints(self, hints: _Hints, what: str) -> None:
+        """Send ``hints`` after the writes they announce; a failure only delays the work."""
+        commands = self._hint_commands(hints)
+        if not commands:
+            return
+        try:
+            await self._pipeline(commands, what)
+        except BackendUnavailable as e:
+            # The writes are done; the workers' periodic sweep finds them without the hint.
+            log.warning("could not signal %s after %s: %s", hints, what, e)
+
+    async def wait_ready(
+        self, cursor: str | None, timeout_s: float, count: int = 10_000
+    ) -> tuple[str, list[str]]:
+        """Wait up to ``timeout_s`` for ready signals after ``cursor``; (new cursor, group names).
+
+        ``cursor=None`` means "signals from now on" and is resolved to the newest signal's id,
+        so a signal made before the next call is never lost. Names are ``str(GroupRef)``,
+        deduplicated, in signal order, from at most ``count`` signals. On timeout the names are
+        empty and the cursor is the (resolved) one given. A worker more than ~READY_MAXLEN
+        signals behind misses the trimmed ones: signals are hints, its sweep covers them.
+        """
+        key = self._keys.ready()
+        block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s) + _BLOCK_GRACE_S):
+                with _translated("wait_ready"):
+                    after = await self._ready_tail(key) if cursor is None else _cursor(cursor)
+                    reply = await self._blocking.xread({key: after}, max(1, count), block)
+        except TimeoutError as e:  # the server took the command but never answered
+            raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
+        return _ready_names(reply, after)
+
+    async def _ready_tail(self, key: str) -> str:
+        """The newest signal's id, or ``0-0`` if none: every later signal sorts after it."""
+        newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
+        return _text(newest[0][0]) if newest else "0-0"
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._blocking is not self._client:
+                await self._blocking.aclose()
+        finally:
+            await self._client.aclose()
+
+
+class _Append:
+    """The plain items of one APPEND call: its streams (KEYS) and (key index, payload) pairs."""
+
+    __slots__ = ("args", "index", "keys", "positions")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # of the command in the pipeline
+        self.keys: list[str] = []
+        self.positions: dict[str, int] = {}  # stream -> its 1-based index in KEYS
+        self.args: list[Any] = []
+
+    def add(self, stream: str, payload: bytes) -> int:
+        """Add one payload; returns where its offset will be in the reply."""
+        position = self.positions.get(stream)
+        if position is None:
+            self.keys.append(stream)
+            position = self.positions[stream] = len(self.keys)
+        self.args += (position, payload)
+        return len(self.args) // 2 - 1
+
+    def command(self, sha: str) -> Command:
+        return ("EVALSHA", sha, len(self.keys), *self.keys, *self.args)
+
+
+class _Hints:
+    """What a write announces: groups with new jobs to read, and the due times of parked ones."""
+
+    __slots__ = ("due", "ready")
+
+    def __init__(self) -> None:
+        self.ready: dict[str, None] = {}  # group names, in order, once each
+        self.due: dict[str, int] = {}  # group name -> earliest due time parked by this write
+
+    @classmethod
+    def ready_of(cls, group: GroupRef) -> _Hints:
+        hints = cls()
+        hints.ready[str(group)] = None
+        return hints
+
+    def add(self, group: str, due_ms: int | None) -> None:
+        """Note a job appended to ``group`` (``due_ms`` None) or parked until ``due_ms``."""
+        if due_ms is None:
+            self.ready[group] = None
+        elif group not in self.due or due_ms < self.due[group]:
+            self.due[group] = int(due_ms)
+
+    def __repr__(self) -> str:
+        names = [*self.ready, *(n for n in self.due if n not in self.ready)]
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        return ", ".join(names[:5]) + more
+
+
+def _score_pairs(scores: Mapping[str, int]) -> list[Any]:
+    """``{member: score}`` as ZADD's ``score member ...`` arguments."""
+    return list(chain.from_iterable((score, member) for member, score in scores.items()))
+
+
+def _cursor(text: str) -> str:
+    """A ready-signal cursor given by a caller, checked to be a stream id."""
+    try:
+        return str(Offset.parse(text))
+    except ValueError:
+        raise InvalidInput("cursor", f"not a ready-signal cursor: {text!r}") from None
+
+
+def _ready_names(reply: Any, cursor: str) -> tuple[str, list[str]]:
+    """(the last signal's id or ``cursor``, the group names it carried) from an XREAD reply."""
+    streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
+    names: dict[str, None] = {}
+    for entries in streams:
+        for id_, fields in entries:
+            cursor = _text(id_)
+            names.update(dict.fromkeys(_text(fields[b"g"]).split("\n")))
+    return cursor, list(names)
+
+
+def _blocking_twin(client: Client) -> Client:
+    """A client for blocking reads with ``client``'s settings but no socket timeout.
+
+    Only a standalone client's pool says how to make one; a Cluster client is returned itself.
+    """
+    if isinstance(client, RedisCluster):
+        return client
+    pool = client.connection_pool
+    kwargs = {**pool.connection_kwargs, "socket_timeout": None}
+    twin_pool = aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
+    return aioredis.Redis.from_pool(twin_pool)  # the twin owns (and closes) its pool
+
+
+def _put_result(item: PutItem, reply: Any) -> PutResult:
+    if not isinstance(reply, list):  # a plain XADD answers with the new id
+        return PutResult(item.job_id, offset=_offset(reply))
+    kind, value = reply
+    if kind == _PUT_DUPLICATE:
+        return PutResult(_text(value), duplicate=True)
+    if kind == _PUT_DELAYED:
+        return PutResult(item.job_id)
+    return PutResult(item.job_id, offset=_offset(value))
+
+
+def _dlq_id(text: str) -> str:
+    """A DLQ id given by a user, checked so it cannot change the meaning of a range."""
+    try:
+        return str(Offset.parse(text))
+    except ValueError:
+        raise InvalidInput("id", f"not a dead letter id: {text!r}") from None
+
+
+def _dead_letter(id_: bytes, fields: Mapping[bytes, bytes]) -> DeadLetter:
+    status = fields.get(b"status", b"")
+    return DeadLetter(
+        id=_text(id_),
+        priority=Priority(_text(fields[b"priority"])),
+        payload=fields[b"payload"],
+        error=_text(fields.get(b"error", b"")),
+        status=int(status) if status else None,
+        attempts=int(fields.get(b"attempts", b"0")),
+        failed_at_ms=int(fields.get(b"failed_at", b"0")),
+    )
+
+
+async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> RedisQueueBackend:
+    """Connect to ``url`` (one node of a Cluster if ``cluster``) and return a backend on it.
+
+    ``opts`` go to :class:`RedisQueueBackend` when they are its own (``idempotency_window_s``)
+    and to the redis client otherwise (timeouts, retries). Loading the scripts checks that Redis
+    answers: an unreachable one is :class:`~emq.errors.BackendUnavailable` here, not later.
+    """
+    window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
+    make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
+    client: Client = make(url, **opts)
+    # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).
+    blocking: Client = make(url, **{**opts, "socket_timeout": None})
+    backend = RedisQueueBackend(
+        client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking
+    )
+    try:
+        await backend.load_scripts()
+    except BaseException:
+        await backend.aclose()
+        raise
+    return backend

@@ -1,0 +1,873 @@
+"""Tenants and topics in ZooKeeper: versioned writes, one watch per namespace, a read cache.
+
+Layout (spelled by :class:`~emq.naming.ZkPaths`; values are UTF-8 JSON)::
+
+    /<root>/tenants/<tenant>                 name, display_name, token_sha256, created_at
+    /<root>/tenants-version                  bumped by every tenant write
+    /<root>/<ns>/topics/<tenant>/<topic>     every Topic field but the ref (the path is the ref)
+    /<root>/<ns>/config-version              bumped by every topic write of the namespace
+
+**Writes.** Each create or update is one ZooKeeper transaction that writes the node and bumps
+its version node, so "something changed" needs one watch per namespace, never one per topic.
+``update_topic`` is compare-and-set on the topic node's version, retried with jittered backoff
+and then given up as :class:`~emq.errors.ConfigConflict`.
+
+**Mirrors (the cache).** One per namespace for topics and one for tenants, made on first use::
+
+    ARMING --DataWatch set--> LOADING --full reload--> LIVE --version bumped--> DIRTY
+      ^ (ZooKeeper down: retry)                         ^                      |
+      |                                                 +-------refresh--------+
+    every state --aclose()--> CLOSED    (a failed refresh stays DIRTY, retries with a full reload)
+
+The DataWatch callback runs on a kazoo thread and only hands the bump (its data and version)
+to the loop with ``loop.call_soon_threadsafe``; refreshes run on the event loop with kazoo's
+async calls, all requests of a phase in flight at once (a large batch is sent and decoded in a
+worker thread, so a full reload never stalls the loop for long). Each bump's data names the
+topic (or tenant) it changed, so when a notification's version follows the last one seen, the
+refresh re-reads just those nodes. A gap in versions (a burst between two notifications, a
+reconnection) or a failure means a full reload: kazoo answers some 6-7 k reads/s, so a full
+reload of 10 000 topics takes about 2 s, and a per-change reload would not keep the bound on
+large namespaces. A mirror waits ``coalesce_s`` after being marked dirty before it refreshes,
+and bumps arriving during a refresh mark it dirty once more, so a burst of changes costs one or
+two refreshes. A watcher is only woken when the map actually changed.
+
+**Staleness.** A change made by another process reaches the mirror after one watch notification,
+the coalescing pause and one refresh: about 60 ms for a single change while the session is
+connected; a burst on a namespace of 10 000 topics needs a full reload, about 2 s more. The writer
+itself reads its own writes at once: every write (and every read on a miss) is numbered when it
+is sent, remembered in the mirror's overlay, and dropped once a refresh that read its key and
+was sent after it has landed; ZooKeeper answers one session's requests in order, so that refresh
+saw it.
+
+**Sessions.** kazoo errors are translated at this seam: lost connection, expired session and
+time-outs become :class:`~emq.errors.BackendUnavailable`, a missing node ``NotFound``, an
+existing one ``AlreadyExists``. While disconnected, a mirror keeps answering from its last state
+(availability over freshness: the 2 s bound then becomes "2 s after the session is back"), and
+a miss or a write fails with ``BackendUnavailable``: at once while the session is not connected
+(kazoo would hold the request until it reconnects), within ``request_timeout_s`` if the server
+stops answering a live connection. kazoo's DataWatch re-reads its node on reconnection, also
+after a session expiry, and a failed refresh retries every 2 s at most, so mirrors catch up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import itertools
+import json
+import logging
+import random
+import threading
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Iterator,
+    Mapping,
+    Sequence,
+)
+from functools import partial
+from types import MappingProxyType
+from typing import Any, Generic, TypeVar
+
+from kazoo.client import KazooClient  # type: ignore[import-untyped]
+from kazoo.exceptions import (  # type: ignore[import-untyped]
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    RolledBackError,
+)
+from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
+from kazoo.recipe.watchers import DataWatch  # type: ignore[import-untyped]
+
+from emq.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    ConfigConflict,
+    InvalidInput,
+    NotFound,
+)
+from emq.interfaces import ConfigStore
+from emq.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
+from emq.naming import ZkPaths
+
+log = logging.getLogger(__name__)
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+# Outcomes the callers give a meaning to; every other kazoo error means "ZooKeeper unavailable".
+_MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError)
+_DECODE_ERRORS = (ValueError, KeyError, TypeError)
+_RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(RetryPolicy))
+_TOPIC_SCALARS = ("qps", "groups", "endpoint_concurrency", "max_backlog", "paused", "secret")
+_ON_LOOP_MAX = 64  # reads sent and decoded on the event loop; larger batches go to a thread
+
+
+# --------------------------------------------------------------------------- JSON codec
+
+
+def _dump(value: Mapping[str, Any]) -> bytes:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
+
+
+def encode_tenant(tenant: Tenant) -> bytes:
+    """The JSON stored at a tenant's node (the token only as its SHA-256)."""
+    return _dump(dataclasses.asdict(tenant))
+
+
+def decode_tenant(name: str, raw: bytes) -> Tenant:
+    """A tenant from its node; the node's name is authoritative. Raises ValueError and kin."""
+    d = json.loads(raw)
+    return Tenant(
+        name=name,
+        display_name=str(d.get("display_name", "")),
+        token_sha256=str(d.get("token_sha256", "")),
+        created_at=float(d.get("created_at", 0.0)),
+    )
+
+
+def encode_topic(topic: Topic) -> bytes:
+    """The JSON stored at a topic's node: every field but ``ref``, which is the node's path."""
+    d: dict[str, Any] = {name: getattr(topic, name) for name in _TOPIC_SCALARS}
+    d["retry"] = topic.retry.to_dict()
+    d["priority_mode"] = topic.priority_mode.value
+    return _dump(d)
+
+
+def decode_topic(ref: TopicRef, raw: bytes) -> Topic:
+    """A topic from its node. Unknown keys are ignored (a newer writer); missing ones default."""
+    d = json.loads(raw)
+    retry = d.get("retry", {})
+    return Topic(
+        ref=ref,
+        retry=RetryPolicy(**{k: retry[k] for k in _RETRY_FIELDS if k in retry}),
+        priority_mode=PriorityMode(d.get("priority_mode", PriorityMode.STRICT.value)),
+        **{k: d[k] for k in _TOPIC_SCALARS if k in d},
+    )
+
+
+def _sort_key(ref: TopicRef) -> tuple[str, str, str]:
+    return (ref.namespace.value, ref.tenant, ref.topic)
+
+
+def _topic_of(ns: Namespace, bump: bytes) -> TopicRef | None:
+    """The topic a bump of ``ns``'s config-version names (its data is ``ns/tenant/topic``)."""
+    parts = bump.decode(errors="replace").split("/")
+    if len(parts) != 3 or parts[0] != ns.value:
+        return None
+    return TopicRef(ns, parts[1], parts[2])
+
+
+def _tenant_of(bump: bytes) -> str | None:
+    """The tenant a bump of tenants-version names (its data is the tenant's name)."""
+    return bump.decode(errors="replace") or None
+
+
+def _existing(found: Mapping[K, V | None]) -> dict[K, V]:
+    return {k: v for k, v in found.items() if v is not None}
+
+
+def check_same_ref(before: Topic, after: Topic) -> Topic:
+    """Refuse a change that would move a topic to another name (it would fork the topic)."""
+    if after.ref != before.ref:
+        raise InvalidInput("ref", f"a change may not rename topic {before.ref} to {after.ref}")
+    return after
+
+
+# --------------------------------------------------------------------------- kazoo ↔ asyncio
+
+
+def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> bool:
+    """Hand ``fn`` to the loop from a kazoo thread; False if the loop is gone."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nobody is waiting any more
+        return False
+    return True
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+class _Countdown:
+    """Wakes the loop once, when the last of a batch of kazoo results has arrived."""
+
+    def __init__(
+        self, pending: Sequence[Any], loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]
+    ) -> None:
+        # By identity, not a counter: kazoo may call back twice for one result (its _call sets
+        # the exception twice when it races close()), which must not end the batch early.
+        self._left = {id(r) for r in pending}
+        self._loop = loop
+        self._done = done
+        self._lock = threading.Lock()  # rawlink callbacks may run on more than one thread
+
+    def tick(self, result: object) -> None:
+        with self._lock:
+            self._left.discard(id(result))
+            if self._left:
+                return
+        _call_soon(self._loop, _resolve, self._done)
+
+
+def _outcome(result: Any) -> object:
+    exc = result.exception
+    return exc if exc is not None else result.value
+
+
+async def _settle_all(pending: Sequence[Any]) -> list[object]:
+    """Await kazoo async results; each outcome is its value or its exception (not raised)."""
+    if not pending:
+        return []
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[None] = loop.create_future()
+    countdown = _Countdown(pending, loop, done)
+    for result in pending:
+        result.rawlink(countdown.tick)
+    await done
+    return [_outcome(r) for r in pending]
+
+
+async def _thread_to_the_end(fn: Callable[[], None]) -> None:
+    """Run ``fn`` in a thread; if we are cancelled meanwhile, wait for the thread, then re-raise.
+
+    For kazoo's start: one left running after its caller gave up the start lock would race
+    ``aclose()``'s stop and close (kazoo's start stops and closes the client on a time-out).
+    """
+    task = asyncio.ensure_future(asyncio.to_thread(fn))
+    try:
+        await asyncio.shield(task)
+    except asyncio.CancelledError:
+        await asyncio.wait([task])
+        if not task.cancelled():
+            task.exception()  # retrieved: the cancellation is what our caller gets
+        raise
+
+
+def _unavailable(error: Exception, what: str) -> BackendUnavailable:
+    """The seam's translation of every kazoo error that is not a caller's business."""
+    return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
+
+
+def _check(outcome: object, what: str) -> Any:
+    """The value of an outcome; a meaningful kazoo error is re-raised, others translated."""
+    if isinstance(outcome, _MEANINGFUL):
+        raise outcome
+    if isinstance(outcome, Exception):
+        raise _unavailable(outcome, what) from outcome
+    return outcome
+
+
+@contextlib.contextmanager
+def _skip_unreadable(path: str) -> Iterator[None]:
+    """In a bulk load, skip a corrupt node loudly: one must not blind every reader."""
+    try:
+        yield
+    except _DECODE_ERRORS as e:
+        log.warning("skipping unreadable config node %s: %s", path, e)
+
+
+def _decode_all(
+    what: str,
+    keys: Sequence[K],
+    paths: Sequence[str],
+    outcomes: Sequence[object],
+    decode: Callable[[K, bytes], V],
+) -> dict[K, V | None]:
+    """Decode a batch of reads: None for a missing (or unreadable) node."""
+    found: dict[K, V | None] = {}
+    for key, path, outcome in zip(keys, paths, outcomes, strict=True):
+        found[key] = None
+        if not isinstance(outcome, NoNodeError):  # else: deleted since we listed it
+            data, _stat = _check(outcome, what)
+            with _skip_unreadable(path):
+                found[key] = decode(key, data)
+    return found
+
+
+def _decode(path: str, decode: Callable[[Any, bytes], V], key: Any, data: bytes) -> V:
+    try:
+        return decode(key, data)
+    except _DECODE_ERRORS as e:
+        raise BackendUnavailable(f"unreadable config node {path}: {e}") from e
+
+
+# --------------------------------------------------------------------------- the cache
+
+
+class _Mirror(Generic[K, V]):
+    """A map kept fresh by one DataWatch on a version node (see the module docstring)."""
+
+    def __init__(
+        self,
+        name: str,
+        *,
+        arm: Callable[[Callable[..., bool | None]], Awaitable[None]],
+        load_all: Callable[[], Awaitable[dict[K, V]]],
+        load_some: Callable[[list[K]], Awaitable[dict[K, V | None]]],
+        key_of: Callable[[bytes], K | None],
+        issued: Callable[[], int],
+        coalesce_s: float,
+        retry_s: float,
+    ) -> None:
+        self.name = name
+        self._arm, self._load_all, self._load_some = arm, load_all, load_some
+        self._key_of, self._issued = key_of, issued
+        self._coalesce_s, self._retry_s = coalesce_s, retry_s
+        self._loaded: dict[K, V] = {}
+        self._overlay: dict[K, tuple[int, V]] = {}  # own writes/reads a reload has not seen yet
+        self._installed_seq = -1  # when the last full reload was sent
+        self._last_version: int | None = None  # of the version node, as last notified
+        self._full = True  # the next refresh must reload everything
+        self._failures = 0  # consecutive failed refreshes
+        self._changed: set[K] = set()  # else: the keys named by consecutive bumps
+        self._published: Mapping[K, V] | None = None  # read-only view of _published_view
+        self._published_view: dict[K, V] | None = None
+        self._subscribers: set[asyncio.Event] = set()
+        self._dirty = asyncio.Event()
+        self._closed = False
+        self._loop = asyncio.get_running_loop()
+        self._task = asyncio.create_task(self._run(), name=f"zk-config-mirror-{name}")
+
+    def get(self, key: K) -> V | None:
+        """The cached value, or None (not cached yet, or not existing)."""
+        held = self._overlay.get(key)
+        return held[1] if held is not None else self._loaded.get(key)
+
+    def note(self, key: K, value: V, seq: int) -> None:
+        """Remember what this process wrote (or read) by request number ``seq``."""
+        if seq <= self._installed_seq:
+            return  # the installed reload was sent after it, so it already holds this or newer
+        held = self._overlay.get(key)
+        if held is None or held[0] < seq:
+            self._overlay[key] = (seq, value)
+
+    def on_version(self, data: bytes | None, stat: Any, _event: object = None) -> bool | None:
+        """DataWatch callback, on a kazoo thread: it must not block, so it only wakes the loop."""
+        version = None if stat is None else int(stat.version)
+        if self._closed or not _call_soon(self._loop, self._bumped, data, version):
+            return False  # tells kazoo to drop the watch
+        return None
+
+    def _bumped(self, data: bytes | None, version: int | None) -> None:
+        # The bump's data names what changed. Only a bump right after the last one we saw
+        # says everything that changed; after a gap (a burst, a reconnection) reload it all.
+        key = self._key_of(data) if data else None
+        last = self._last_version
+        if key is None or version is None or last is None or version != last + 1:
+            self._full = True
+        else:
+            self._changed.add(key)
+        self._last_version = version
+        self._dirty.set()
+
+    async def snapshots(self) -> AsyncGenerator[Mapping[K, V], None]:
+        """The whole map once loaded, then again after every change (latest only)."""
+        wake = asyncio.Event()
+        self._subscribers.add(wake)
+        try:
+            last: Mapping[K, V] | None = None
+            while not self._closed:
+                current = self._published
+                if current is not None and current is not last:
+                    last = current
+                    yield current
+                    continue
+                await wake.wait()
+                wake.clear()
+        finally:
+            self._subscribers.discard(wake)
+
+    async def aclose(self) -> None:
+        """End every snapshot iterator and the refresh task."""
+        self._closed = True
+        for wake in self._subscribers:
+            wake.set()
+        self._task.cancel()
+        await asyncio.wait([self._task])  # not "await task": our own cancellation must propagate
+
+    async def _run(self) -> None:
+        await self._arm(self.on_version)  # its first callback marks us dirty: the first load
+        while True:
+            await self._dirty.wait()
+            if self._published is not None:  # the first load is awaited by someone: no pause
+                await asyncio.sleep(self._coalesce_s)  # let the rest of a burst land first
+            self._dirty.clear()
+            await self._refresh()
+
+    async def _refresh(self) -> None:
+        full, changed = self._full, sorted(self._changed, key=str)
+        self._full, self._changed = False, set()
+        started = self._issued()  # everything sent up to here is visible to the reads below
+        try:
+            if full:
+                self._install_all(await self._load_all(), started)
+            else:
+                self._install_some(await self._load_some(changed), started)
+        except BackendUnavailable as e:
+            level = logging.DEBUG if self._failures else logging.WARNING  # once per outage
+            log.log(level, "config mirror %s: refresh failed, retrying: %s", self.name, e)
+        except Exception:
+            log.exception("config mirror %s: refresh failed unexpectedly, retrying", self.name)
+        else:
+            if self._failures:
+                log.info("config mirror %s: refreshed again", self.name)
+            self._failures = 0
+            return
+        self._full = True  # whatever we missed meanwhile, a full reload catches up
+        self._failures += 1
+        # Capped at 2 s so that, once ZooKeeper is back, the mirror catches up within the bound.
+        await asyncio.sleep(min(2.0, self._retry_s * 2 ** (self._failures - 1)))
+        self._dirty.set()
+
+    def _install_all(self, loaded: dict[K, V], started: int) -> None:
+        self._loaded = loaded
+        self._installed_seq = started
+        self._overlay = {k: held for k, held in self._overlay.items() if held[0] > started}
+        self._publish()
+
+    def _install_some(self, changed: dict[K, V | None], started: int) -> None:
+        for key, value in changed.items():
+            if value is None:
+                self._loaded.pop(key, None)
+            else:
+                self._loaded[key] = value
+            held = self._overlay.get(key)
+            if held is not None and held[0] <= started:  # only keys this refresh read
+                del self._overlay[key]
+        self._publish()
+
+    def _publish(self) -> None:
+        view = {**self._loaded, **{k: v for k, (_, v) in self._overlay.items()}}
+        if view == self._published_view:
+            return  # a watcher is woken only by a real change
+        self._published_view = view
+        self._published = MappingProxyType(view)
+        log.debug("config mirror %s: %d entries", self.name, len(view))
+        for wake in self._subscribers:
+            wake.set()
+
+
+# --------------------------------------------------------------------------- the store
+
+
+class ZkConfigStore(ConfigStore):
+    """:class:`~emq.interfaces.ConfigStore` on ZooKeeper (see the module docstring).
+
+    ``client`` may be started or not; if the store starts it, the store also stops it in
+    :meth:`aclose`. Every call starts the session and creates the layout on first use.
+    """
+
+    def __init__(
+        self,
+        client: KazooClient,
+        paths: ZkPaths | None = None,
+        *,
+        connect_timeout_s: float = 10.0,
+        request_timeout_s: float = 5.0,
+        cas_attempts: int = 12,
+        coalesce_s: float = 0.05,
+        retry_s: float = 0.5,
+    ) -> None:
+        self._client = client
+        self._paths = paths or ZkPaths()
+        self._connect_timeout_s = connect_timeout_s
+        self._request_timeout_s = request_timeout_s
+        self._cas_attempts = cas_attempts
+        self._coalesce_s = coalesce_s
+        self._retry_s = retry_s
+        self._owns_client = False
+        self._started = False
+        self._closed = False
+        self._start_lock = asyncio.Lock()
+        self._seq = 0  # numbers every request sent, for read-your-writes (see _Mirror.note)
+        self._tenant_mirror: _Mirror[str, Tenant] | None = None
+        self._topic_mirrors: dict[Namespace, _Mirror[TopicRef, Topic]] = {}
+
+    # ----------------------------------------------------------------- lifecycle
+
+    async def start(self) -> None:
+        """Start the session if needed and create the layout; every call does it on first use."""
+        if self._closed:
+            raise BackendUnavailable("the ZooKeeper config store is closed")
+        if self._started:
+            return
+        async with self._start_lock:
+            if not self._started:
+                await self._start_client()
+                await self._ensure_layout()
+                self._started = True
+
+    async def aclose(self) -> None:
+        """Stop the mirrors, and the client if this store started it.
+
+        On a client the caller owns, kazoo drops each DataWatch at its next notification.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        mirrors: list[_Mirror[Any, Any]] = [*self._topic_mirrors.values()]
+        if self._tenant_mirror is not None:
+            mirrors.append(self._tenant_mirror)
+        await asyncio.gather(*(m.aclose() for m in mirrors))
+        async with self._start_lock:  # a start in progress finishes before we stop the client
+            if self._owns_client:
+                await asyncio.to_thread(self._stop_client)
+
+    async def ping(self) -> None:
+        """One round trip; ``BackendUnavailable`` at once if the session is not connected."""
+        await self._ready()
+        await self._one("pinging", self._client.exists_async(self._paths.tenants_version()))
+
+    async def _ready(self) -> None:
+        await self.start()
+        if not self._client.connected:
+            # kazoo would queue the request until it reconnects: under load, requests held for
+            # request_timeout_s pile up by the thousand. A clear 503 now is kinder.
+            raise BackendUnavailable(f"ZooKeeper session is {self._client.state}, reconnecting")
+
+    async def _start_client(self) -> None:
+        if self._client.client_state != KeeperState.CLOSED:
+            return  # started by our caller, who also stops it
+        self._owns_client = True
+        try:
+            await _thread_to_the_end(self._start_blocking)
+        except Exception as e:
+            hosts = ",".join(f"{host}:{port}" for host, port in self._client.hosts)
+            raise BackendUnavailable(
+                f"cannot connect to ZooKeeper at {hosts}: {type(e).__name__} {e}"
+            ) from e
+
+    def _start_blocking(self) -> None:
+        try:
+            self._client.start(self._connect_timeout_s)
+        except Exception:
+            self._client.stop()  # or kazoo may keep connecting in the background
+            raise
+
+    def _stop_client(self) -> None:
+        self._client.stop()
+        self._client.close()
+
+    async def _ensure_layout(self) -> None:
+        p = self._paths
+        paths = [p.tenants(), p.tenants_version()]
+        paths += [x for ns in Namespace for x in (p.topics(ns), p.config_version(ns))]
+        outcomes = await self._settle("creating the layout", [self._ensure_async(x) for x in paths])
+        for outcome in outcomes:
+            _check(outcome, "creating the layout")
+
+    def _ensure_async(self, path: str) -> Any:
+        return self._client.ensure_path_async(path)
+
+    # ----------------------------------------------------------------- tenants
+
+    async def create_tenant(self, tenant: Tenant) -> None:
+        """Store a new tenant; ``AlreadyExists`` if the name is taken."""
+        await self._ready()
+        tx = self._client.transaction()
+        tx.create(self._paths.tenant(tenant.name), encode_tenant(tenant))
+        tx.set_data(self._paths.tenants_version(), tenant.name.encode())
+        seq = self._issue()
+        failed = await self._commit(tx, f"creating tenant {tenant.name}")
+        if failed is not None:
+            error = failed[1]
+            if isinstance(error, NodeExistsError):
+                raise AlreadyExists(f"tenant {tenant.name!r} exists already") from error
+            raise _unavailable(error, f"creating tenant {tenant.name}") from error
+        log.info("created tenant %s", tenant.name)
+        self._tenants_mirror().note(tenant.name, tenant, seq)
+
+    async def get_tenant(self, name: str) -> Tenant:
+        """One tenant, from the cache if it holds it; ``NotFound`` if there is none."""
+        mirror = self._tenants_mirror()
+        cached = mirror.get(name)
+        if cached is not None:
+            return cached
+        await self._ready()
+        path = self._paths.tenant(name)
+        seq = self._issue()
+        try:
+            data, _stat = await self._one(f"reading tenant {name}", self._client.get_async(path))
+        except NoNodeError as e:
+            raise NotFound(f"tenant {name!r} does not exist") from e
+        tenant = _decode(path, decode_tenant, name, data)
+        mirror.note(name, tenant, seq)
+        return tenant
+
+    async def list_tenants(self) -> list[Tenant]:
+        """Every tenant, sorted by name, read from ZooKeeper (not the cache)."""
+        await self._ready()
+        tenants = await self._load_tenants()
+        return [tenants[name] for name in sorted(tenants)]
+
+    # ----------------------------------------------------------------- topics
+
+    async def create_topic(self, topic: Topic) -> None:
+        """Store a new topic; ``NotFound`` without its tenant, ``AlreadyExists`` if taken."""
+        await self._ready()
+        ref = topic.ref
+        for first_try in (True, False):
+            tx = self._client.transaction()
+            tx.check(self._paths.tenant(ref.tenant), -1)  # -1: "exists", any version
+            tx.create(self._paths.topic(ref), encode_topic(topic))
+            tx.set_data(self._paths.config_version(ref.namespace), str(ref).encode())
+            seq = self._issue()
+            failed = await self._commit(tx, f"creating topic {ref}")
+            if failed is None:
+                log.info("created topic %s (qps=%d, groups=%d)", ref, topic.qps, topic.groups)
+                self._note_topic(topic, seq)
+                return
+            index, error = failed
+            if index == 0 and isinstance(error, NoNodeError):
+                raise NotFound(f"tenant {ref.tenant!r} does not exist") from error
+            if isinstance(error, NodeExistsError):
+                raise AlreadyExists(f"topic {ref} exists already") from error
+            if not (first_try and isinstance(error, NoNodeError)):
+                raise _unavailable(error, f"creating topic {ref}") from error
+            # The tenant's first topic in this namespace: its parent node does not exist yet.
+            tenant_dir = self._paths.tenant_topics(ref.namespace, ref.tenant)
+            await self._one(f"creating {tenant_dir}", self._ensure_async(tenant_dir))
+        raise BackendUnavailable(f"topic {ref}: parent node vanished while creating it")
+
+    async def get_topic(self, ref: TopicRef) -> Topic:
+        """One topic, from the cache if it holds it; ``NotFound`` if it does not exist."""
+        mirror = self._topics_mirror(ref.namespace)
+        cached = mirror.get(ref)
+        if cached is not None:
+            return cached
+        await self._ready()
+        seq = self._issue()
+        topic, _version = await self._read_topic(ref)
+        mirror.note(ref, topic, seq)
+        return topic
+
+    async def update_topic(self, ref: TopicRef, change: Callable[[Topic], Topic]) -> Topic:
+        """Compare-and-set ``change`` on the stored topic; ``ConfigConflict`` if races persist."""
+        await self._ready()
+        for attempt in range(self._cas_attempts):
+            current, version = await self._read_topic(ref)
+            updated = check_same_ref(current, change(current))
+            if updated == current:
+                return current  # nothing to write, and no reason to wake every watcher
+            if await self._write_topic(updated, version):
+                log.info("updated topic %s (qps=%d, paused=%s)", ref, updated.qps, updated.paused)
+                return updated
+            await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
+        log.warning("topic %s: gave up after %d conflicting updates", ref, self._cas_attempts)
+        raise ConfigConflict(f"topic {ref} kept changing under {self._cas_attempts} updates")
+
+    async def list_topics(self, namespace: Namespace, tenant: str | None = None) -> list[Topic]:
+        """The namespace's topics (one tenant's if given), sorted, read from ZooKeeper."""
+        await self._ready()
+        topics = await self._load_topics(namespace, tenant)
+        return [topics[ref] for ref in sorted(topics, key=_sort_key)]
+
+    async def watch_topics(self, namespace: Namespace) -> AsyncIterator[Mapping[TopicRef, Topic]]:
+        """The whole topic map of ``namespace`` once loaded, then after every change.
+
+        Snapshots are read-only mappings; a slow consumer gets only the latest one. The first
+        one comes once the first load succeeds (while ZooKeeper is down, the load retries and
+        the iterator waits). Ends when the store is closed.
+        """
+        if self._closed:
+            raise BackendUnavailable("the ZooKeeper config store is closed")
+        async with contextlib.aclosing(self._topics_mirror(namespace).snapshots()) as snapshots:
+            async for snapshot in snapshots:
+                yield snapshot
+
+    async def _read_topic(self, ref: TopicRef) -> tuple[Topic, int]:
+        path = self._paths.topic(ref)
+        try:
+            data, stat = await self._one(f"reading topic {ref}", self._client.get_async(path))
+        except NoNodeError as e:
+            raise NotFound(f"topic {ref} does not exist") from e
+        return _decode(path, decode_topic, ref, data), stat.version
+
+    async def _write_topic(self, topic: Topic, version: int) -> bool:
+        """Write ``topic`` if its node is still at ``version``; False if someone was first."""
+        ref = topic.ref
+        tx = self._client.transaction()
+        tx.set_data(self._paths.topic(ref), encode_topic(topic), version)
+        tx.set_data(self._paths.config_version(ref.namespace), str(ref).encode())
+        seq = self._issue()
+        failed = await self._commit(tx, f"updating topic {ref}")
+        if failed is None:
+            self._note_topic(topic, seq)
+            return True
+        error = failed[1]
+        if isinstance(error, BadVersionError):
+            return False
+        if isinstance(error, NoNodeError):
+            raise NotFound(f"topic {ref} does not exist") from error
+        raise _unavailable(error, f"updating topic {ref}") from error
+
+    def _note_topic(self, topic: Topic, seq: int) -> None:
+        # A process that writes config serves it too (the API): what it wrote is cached at once,
+        # so it keeps answering from the cache if ZooKeeper goes away.
+        self._topics_mirror(topic.ref.namespace).note(topic.ref, topic, seq)
+
+    # ----------------------------------------------------------------- loads
+
+    async def _load_tenants(self) -> dict[str, Tenant]:
+        names = await self._children(self._paths.tenants())
+        return _existing(await self._fetch_tenants(names))
+
+    async def _fetch_tenants(self, names: list[str]) -> dict[str, Tenant | None]:
+        return await self._fetch("reading tenants", names, self._paths.tenant, decode_tenant)
+
+    async def _load_topics(self, ns: Namespace, tenant: str | None = None) -> dict[TopicRef, Topic]:
+        """Every topic of ``ns`` in three pipelined phases: tenants, their topics, the data."""
+        tenants = [tenant] if tenant is not None else await self._children(self._paths.topics(ns))
+        dirs = [self._paths.tenant_topics(ns, t) for t in tenants]
+        listings = await self._settle(
+            f"listing topics of {ns}", [self._client.get_children_async(d) for d in dirs]
+        )
+        refs: list[TopicRef] = []
+        for t, outcome in zip(tenants, listings, strict=True):
+            if not isinstance(outcome, NoNodeError):
+                refs += [TopicRef(ns, t, n) for n in _check(outcome, f"listing topics of {t}")]
+        return _existing(await self._fetch_topics(refs))
+
+    async def _fetch_topics(self, refs: list[TopicRef]) -> dict[TopicRef, Topic | None]:
+        return await self._fetch("reading topics", refs, self._paths.topic, decode_topic)
+
+    async def _fetch(
+        self,
+        what: str,
+        keys: list[K],
+        path_of: Callable[[K], str],
+        decode: Callable[[K, bytes], V],
+    ) -> dict[K, V | None]:
+        """Read many nodes at once (all in flight together); None for a missing one."""
+        paths = [path_of(k) for k in keys]
+        get = self._client.get_async
+        if len(paths) <= _ON_LOOP_MAX:
+            outcomes = await self._settle(what, [get(p) for p in paths])
+            return _decode_all(what, keys, paths, outcomes, decode)
+        # kazoo sends some 10 k requests/s and decoding costs too: a full reload of a large
+        # namespace would stall the loop (the API's hot path) for seconds if done here.
+        pending = await asyncio.to_thread(lambda: [get(p) for p in paths])
+        outcomes = await self._settle(what, pending)
+        return await asyncio.to_thread(_decode_all, what, keys, paths, outcomes, decode)
+
+    async def _children(self, path: str) -> list[str]:
+        try:
+            children = await self._one(f"listing {path}", self._client.get_children_async(path))
+        except NoNodeError:
+            return []
+        return list(children)
+
+    # ----------------------------------------------------------------- mirrors
+
+    def _tenants_mirror(self) -> _Mirror[str, Tenant]:
+        if self._closed:
+            raise BackendUnavailable("the ZooKeeper config store is closed")
+        if self._tenant_mirror is None:
+            self._tenant_mirror = _Mirror(
+                "tenants",
+                arm=partial(self._arm_watch, self._paths.tenants_version()),
+                load_all=self._load_tenants,
+                load_some=self._fetch_tenants,
+                key_of=_tenant_of,
+                **self._mirror_options(),
+            )
+        return self._tenant_mirror
+
+    def _topics_mirror(self, ns: Namespace) -> _Mirror[TopicRef, Topic]:
+        if self._closed:
+            raise BackendUnavailable("the ZooKeeper config store is closed")
+        mirror = self._topic_mirrors.get(ns)
+        if mirror is None:
+            mirror = self._topic_mirrors[ns] = _Mirror(
+                f"topics/{ns.value}",
+                arm=partial(self._arm_watch, self._paths.config_version(ns)),
+                load_all=partial(self._load_topics, ns),
+                load_some=self._fetch_topics,
+                key_of=partial(_topic_of, ns),
+                **self._mirror_options(),
+            )
+        return mirror
+
+    def _mirror_options(self) -> dict[str, Any]:
+        return {
+            "issued": lambda: self._seq,
+            "coalesce_s": self._coalesce_s,
+            "retry_s": self._retry_s,
+        }
+
+    async def _arm_watch(self, path: str, callback: Callable[..., bool | None]) -> None:
+        """Set a DataWatch on ``path``, retrying while ZooKeeper cannot be reached."""
+        for attempt in itertools.count():
+            try:
+                await self._ready()
+                # DataWatch reads the node (and calls back once) in its constructor: off the loop.
+                await asyncio.to_thread(DataWatch, self._client, path, callback)
+                return
+            except Exception as e:  # kazoo's own errors included: a watch must come back
+                level = logging.DEBUG if attempt else logging.WARNING  # once per outage
+                log.log(level, "cannot watch %s yet, retrying: %s", path, e)
+            await asyncio.sleep(min(2.0, self._retry_s * 2**attempt))
+
+    # ----------------------------------------------------------------- requests
+
+    def _issue(self) -> int:
+        """Number the request about to be sent (call it right before sending, with no await)."""
+        self._seq += 1
+        return self._seq
+
+    async def _settle(self, what: str, pending: Sequence[Any]) -> list[object]:
+        try:
+            async with asyncio.timeout(self._request_timeout_s):
+                return await _settle_all(pending)
+        except TimeoutError as e:
+            raise BackendUnavailable(
+                f"ZooKeeper did not answer within {self._request_timeout_s:g} s while {what}"
+            ) from e
+
+    async def _one(self, what: str, pending: Any) -> Any:
+        """One kazoo call's value; NoNode/NodeExists/BadVersion are raised as kazoo's errors."""
+        [outcome] = await self._settle(what, [pending])
+        return _check(outcome, what)
+
+    async def _commit(self, tx: Any, what: str) -> tuple[int, Exception] | None:
+        """Commit a transaction; None on success, else the failed operation and its error."""
+        results = await self._one(what, tx.commit_async())
+        for index, result in enumerate(results):
+            # ZooKeeper reports the operations before the failed one as rolled back.
+            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
+                return index, result
+        return None
+
+
+async def connect(
+    hosts: str,
+    *,
+    root: str = "/emq",
+    session_timeout_s: float = 10.0,
+    connect_timeout_s: float | None = None,
+    request_timeout_s: float = 5.0,
+) -> ZkConfigStore:
+    """A store on a new ZooKeeper session, started without blocking the event loop.
+
+    The store owns the session and closes it in ``aclose()``. ``BackendUnavailable`` if
+    ZooKeeper cannot be reached within ``connect_timeout_s`` (default: the session timeout).
+    """
+    client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    store = ZkConfigStore(
+        client,
+        ZkPaths(root),
+        connect_timeout_s=connect_timeout_s or session_timeout_s,
+        request_timeout_s=request_timeout_s,
+    )
+    try:
+        await store.start()
+    except BaseException:
+        await store.aclose()
+        raise
+    return store

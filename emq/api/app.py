@@ -1,0 +1,422 @@
+"""The HTTP API: routes, request parsing and the app factory.
+
+Routes (see ``/openapi.json`` for the full description):
+
+=========  =================================================  ===============
+POST       /v1/tenants                                        admin
+GET        /v1/tenants                                        admin
+POST       /v1/tenants/{tenant}/topics                        admin
+GET        /v1/tenants/{tenant}/topics                        tenant or admin
+GET        /v1/tenants/{tenant}/topics/{topic}                tenant or admin
+PATCH      /v1/tenants/{tenant}/topics/{topic}                admin
+POST       /v1/tenants/{tenant}/topics/{topic}/jobs           tenant or admin
+GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
+POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
+GET        /healthz, /metrics, /openapi.json                  anyone
+=========  =================================================  ===============
+
+Topic routes take ``?namespace=online|sandbox`` (default: the API's namespace). Every request is
+authenticated and validated completely before anything is written.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import secrets
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from aiohttp import web
+
+from capacity import group_count, split_quota
+from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.errors import error_middleware
+from emq.api.metrics import ApiMetrics
+from emq.api.openapi import spec
+from emq.enqueue import BacklogGuard, Enqueuer, topic_backlog
+from emq.errors import BackendUnavailable, InvalidInput, MalformedRequest, PayloadTooLarge
+from emq.interfaces import ConfigStore, DeadLetter, QueueBackend
+from emq.model import (
+    MAX_TOPIC_QPS,
+    Envelope,
+    JobLimits,
+    Namespace,
+    PriorityMode,
+    RetryPolicy,
+    Tenant,
+    Topic,
+    TopicRef,
+    validate_name,
+)
+from emq.settings import Settings
+
+
+@dataclass(frozen=True)
+class ApiSettings:
+    """Limits and tuning of ``emq api`` (env ``EMQ_API_*``)."""
+
+    max_request_bytes: int = 16 * 1024 * 1024
+    max_batch_jobs: int = 1000
+    max_body_bytes: int = 256 * 1024
+    backlog_refresh_s: float = 1.0
+    shutdown_grace_s: float = 10.0
+
+
+TOPIC_FIELDS = frozenset(
+    {"topic", "qps", "namespace", "retry", "endpoint_concurrency", "max_backlog", "priority_mode"}
+)
+PATCH_FIELDS = frozenset(
+    {"qps", "paused", "retry", "endpoint_concurrency", "max_backlog", "priority_mode"}
+)
+
+
+def _fields(body: object, allowed: frozenset[str]) -> Mapping[str, Any]:
+    if not isinstance(body, dict):
+        raise MalformedRequest(None, "request body must be a JSON object")
+    for key in body:
+        if key not in allowed:
+            raise InvalidInput(key, "unknown field")
+    return body
+
+
+def _int(value: object, field: str, lo: int, hi: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidInput(field, f"must be an integer between {lo} and {hi}, got {value!r}")
+    return value
+
+
+def _bool(value: object, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise InvalidInput(field, f"must be true or false, got {value!r}")
+    return value
+
+
+def new_secret() -> str:
+    """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
+    return "whsec_" + base64.b64encode(secrets.token_bytes(24)).decode()
+
+
+class Api:
+    """The route handlers, holding the dependencies the composition root gave them."""
+
+    def __init__(
+        self,
+        settings: Settings,
+        api: ApiSettings,
+        config: ConfigStore,
+        queues: QueueBackend,
+        metrics: ApiMetrics,
+    ) -> None:
+        self.settings = settings
+        self.api = api
+        self.config = config
+        self.queues = queues
+        self.metrics = metrics
+        self.auth = Authenticator(config, settings.admin_token)
+        limits = JobLimits(max_body_bytes=api.max_body_bytes)
+        guard = BacklogGuard(queues, api.backlog_refresh_s)
+        self.enqueuer = Enqueuer(config, queues, limits=limits, guard=guard)
+
+    # ------------------------------------------------------------------ helpers
+
+    async def _body(self, request: web.Request) -> object:
+        raw = await request.read()  # aiohttp refuses bodies over client_max_size with 413
+        if not raw:
+            raise MalformedRequest(None, "request body is empty; send a JSON object")
+        try:
+            return json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as e:
+            raise MalformedRequest(None, f"request body is not valid JSON: {e}") from None
+
+    def _namespace(self, request: web.Request) -> Namespace:
+        raw = request.query.get("namespace")
+        return self.settings.namespace if raw is None else Namespace.parse(raw)
+
+    def _ref(self, request: web.Request) -> TopicRef:
+        tenant = validate_name(request.match_info["tenant"], "tenant")
+        topic = validate_name(request.match_info["topic"], "topic")
+        return TopicRef(self._namespace(request), tenant, topic)
+
+    def view(self, topic: Topic, *, secret: bool = False) -> dict[str, Any]:
+        ref = topic.ref
+        out: dict[str, Any] = {
+            "namespace": ref.namespace.value,
+            "tenant": ref.tenant,
+            "topic": ref.topic,
+            "qps": topic.qps,
+            "groups": topic.groups,
+            "group_qps": list(split_quota(topic.qps, self._cap(topic), groups=topic.groups)),
+            "paused": topic.paused,
+            "max_backlog": topic.max_backlog,
+            "endpoint_concurrency": topic.endpoint_concurrency,
+            "priority_mode": topic.priority_mode.value,
+            "retry": topic.retry.to_dict(),
+        }
+        if secret:
+            out["secret"] = topic.secret
+        return out
+
+    def _cap(self, topic: Topic) -> int:
+        # A topic keeps its groups when the cap is lowered later; never report an impossible split.
+        return max(self.settings.max_group_qps, -(-topic.qps // topic.groups))
+
+    # ------------------------------------------------------------------ tenants
+
+    async def create_tenant(self, request: web.Request) -> web.Response:
+        await self.auth.admin(request)
+        body = _fields(await self._body(request), frozenset({"tenant", "name"}))
+        name = validate_name(body.get("tenant"), "tenant")
+        display = body.get("name", "")
+        if not isinstance(display, str) or len(display) > 200:
+            raise InvalidInput("name", "must be a string of at most 200 characters")
+        token = new_token(name)
+        tenant = Tenant(name, display, token_hash(token), round(time.time(), 3))
+        await self.config.create_tenant(tenant)
+        return web.json_response(
+            {"tenant": name, "name": display, "token": token, "created_at": tenant.created_at},
+            status=201,
+        )
+
+    async def list_tenants(self, request: web.Request) -> web.Response:
+        await self.auth.admin(request)
+        tenants = await self.config.list_tenants()
+        rows = [
+            {"tenant": t.name, "name": t.display_name, "created_at": t.created_at} for t in tenants
+        ]
+        return web.json_response({"tenants": rows})
+
+    # ------------------------------------------------------------------ topics
+
+    async def create_topic(self, request: web.Request) -> web.Response:
+        await self.auth.admin(request)
+        tenant = validate_name(request.match_info["tenant"], "tenant")
+        body = _fields(await self._body(request), TOPIC_FIELDS)
+        ns_raw = body.get("namespace")
+        ns = self._namespace(request) if ns_raw is None else Namespace.parse(ns_raw)
+        ref = TopicRef(ns, tenant, validate_name(body.get("topic"), "topic"))
+        qps = _int(body.get("qps"), "qps", 1, MAX_TOPIC_QPS)
+        topic = self._apply(
+            Topic(ref, qps, group_count(qps, self.settings.max_group_qps), secret=new_secret()),
+            {k: v for k, v in body.items() if k in PATCH_FIELDS and k != "qps"},
+        )
+        await self.config.get_tenant(tenant)  # 404 for an unknown tenant
+        await self.config.create_topic(topic)
+        return web.json_response(self.view(topic, secret=True), status=201)
+
+    async def list_topics(self, request: web.Request) -> web.Response:
+        tenant = validate_name(request.match_info["tenant"], "tenant")
+        await self.auth.tenant_or_admin(request, tenant)
+        await self.config.get_tenant(tenant)
+        topics = await self.config.list_topics(self._namespace(request), tenant)
+        return web.json_response({"topics": [self.view(t) for t in topics]})
+
+    async def show_topic(self, request: web.Request) -> web.Response:
+        ref = self._ref(request)
+        await self.auth.tenant_or_admin(request, ref.tenant)
+        topic = await self.config.get_topic(ref)
+        numbers = await topic_backlog(self.queues, topic)
+        return web.json_response(self.view(topic) | numbers)
+
+    async def patch_topic(self, request: web.Request) -> web.Response:
+        await self.auth.admin(request)
+        ref = self._ref(request)
+        body = _fields(await self._body(request), PATCH_FIELDS)
+        if not body:
+            raise InvalidInput(
+                None, f"nothing to change; give one of {', '.join(sorted(PATCH_FIELDS))}"
+            )
+        self._apply(await self.config.get_topic(ref), body)  # validate before writing
+        topic = await self.config.update_topic(ref, lambda current: self._apply(current, body))
+        return web.json_response(self.view(topic))
+
+    def _apply(self, topic: Topic, changes: Mapping[str, Any]) -> Topic:
+        """``topic`` with ``changes`` validated and applied (the quota re-splits the groups)."""
+        new: dict[str, Any] = {}
+        if "qps" in changes:
+            qps = _int(changes["qps"], "qps", 1, MAX_TOPIC_QPS)
+            # Groups never shrink: jobs already queued in a group must stay reachable.
+            groups = max(topic.groups, group_count(qps, self.settings.max_group_qps))
+            if qps < groups:
+                raise InvalidInput(
+                    "qps", f"topic has {groups} groups, each needs at least 1 QPS; minimum {groups}"
+                )
+            new |= {"qps": qps, "groups": groups}
+        if "paused" in changes:
+            new["paused"] = _bool(changes["paused"], "paused")
+        if "retry" in changes:
+            new["retry"] = RetryPolicy.parse(changes["retry"])
+        if "endpoint_concurrency" in changes:
+            new["endpoint_concurrency"] = _int(
+                changes["endpoint_concurrency"], "endpoint_concurrency", 1, 10_000
+            )
+        if "max_backlog" in changes:
+            new["max_backlog"] = _int(changes["max_backlog"], "max_backlog", 1, 1_000_000_000)
+        if "priority_mode" in changes:
+            new["priority_mode"] = PriorityMode.parse(changes["priority_mode"])
+        return replace(topic, **new)
+
+    # ------------------------------------------------------------------ jobs
+
+    async def enqueue(self, request: web.Request) -> web.Response:
+        ref = self._ref(request)
+        await self.auth.tenant_or_admin(request, ref.tenant)
+        body = await self._body(request)
+        batch = isinstance(body, dict) and "jobs" in body
+        if isinstance(body, dict) and batch:
+            jobs = _fields(body, frozenset({"jobs"}))["jobs"]
+            if not isinstance(jobs, list) or not jobs:
+                raise InvalidInput("jobs", "must be a non-empty array of jobs")
+            if len(jobs) > self.api.max_batch_jobs:
+                raise PayloadTooLarge(
+                    "jobs", f"more than {self.api.max_batch_jobs} jobs in one request"
+                )
+        else:
+            jobs = [body]
+        accepted = await self.enqueuer.enqueue(ref, jobs, batch=batch)
+        self.metrics.accepted(ref, len(accepted.ids) - accepted.duplicates, accepted.duplicates)
+        return web.json_response(
+            {"ids": accepted.ids, "duplicates": accepted.duplicates}, status=202
+        )
+
+    # ------------------------------------------------------------------ dead letters
+
+    async def dlq_list(self, request: web.Request) -> web.Response:
+        ref = self._ref(request)
+        await self.auth.tenant_or_admin(request, ref.tenant)
+        limit = _query_int(request, "limit", 100, 1, 1000)
+        start_group, after = _cursor(request.query.get("cursor"))
+        topic = await self.config.get_topic(ref)
+        rows: list[dict[str, Any]] = []
+        next_cursor = None
+        for group in topic.group_refs()[start_group:]:
+            letters = await self.queues.list_dead(
+                group, after if group.index == start_group else None, limit - len(rows)
+            )
+            rows += [_letter_view(group.index, d) for d in letters]
+            if len(rows) >= limit:
+                next_cursor = rows[-1]["id"]
+                break
+        return web.json_response({"dead": rows, "next_cursor": next_cursor})
+
+    async def dlq_replay(self, request: web.Request) -> web.Response:
+        ref = self._ref(request)
+        await self.auth.tenant_or_admin(request, ref.tenant)
+        body = _fields(await self._body(request), frozenset({"ids", "limit"}))
+        limit = _int(body.get("limit", 1000), "limit", 1, 100_000)
+        by_group = _ids_by_group(body.get("ids"))
+        topic = await self.config.get_topic(ref)
+        replayed = 0
+        for group in topic.group_refs():
+            if replayed >= limit:
+                break
+            if by_group is None:
+                replayed += await self.queues.replay_dead(group, None, limit - replayed)
+            elif group.index in by_group:
+                replayed += await self.queues.replay_dead(group, by_group[group.index], limit)
+        return web.json_response({"replayed": replayed})
+
+    # ------------------------------------------------------------------ operations
+
+    async def healthz(self, request: web.Request) -> web.Response:
+        checks: dict[str, str] = {}
+        for name, probe in (("redis", self.queues.ping), ("zookeeper", self.config.ping)):
+            try:
+                await probe()
+                checks[name] = "ok"
+            except BackendUnavailable as e:
+                checks[name] = f"unavailable: {e.message}"
+        ok = all(v == "ok" for v in checks.values())
+        if not ok:
+            return web.json_response({"status": "unavailable", **checks}, status=503)
+        return web.json_response({"status": "ok", **checks})
+
+    async def openapi(self, request: web.Request) -> web.Response:
+        return web.json_response(spec())
+
+
+def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
+    raw = request.query.get(name)
+    if raw is None:
+        return default
+    try:
+        return _int(int(raw), name, lo, hi)
+    except ValueError:
+        raise InvalidInput(name, f"must be an integer between {lo} and {hi}") from None
+
+
+def _cursor(raw: str | None) -> tuple[int, str | None]:
+    """A DLQ cursor is ``<group>:<id>``: where the previous page ended."""
+    if not raw:
+        return 0, None
+    group, sep, letter = raw.partition(":")
+    if not sep or not group.isdigit() or not letter:
+        raise InvalidInput("cursor", "is not a cursor returned by this API")
+    return int(group), letter
+
+
+def _ids_by_group(raw: object) -> dict[int, list[str]] | None:
+    if raw is None:
+        return None
+    if not isinstance(raw, list) or not raw or not all(isinstance(i, str) for i in raw):
+        raise InvalidInput("ids", "must be a non-empty array of dead-letter ids")
+    out: dict[int, list[str]] = {}
+    for i, text in enumerate(raw):
+        try:
+            group, letter = _cursor(text)
+        except InvalidInput:
+            letter = None
+        if letter is None:
+            raise InvalidInput(f"ids[{i}]", "is not a dead-letter id (as listed by the DLQ)")
+        out.setdefault(group, []).append(letter)
+    return out
+
+
+def _letter_view(group: int, letter: DeadLetter) -> dict[str, Any]:
+    envelope = Envelope.decode(letter.payload)
+    return {
+        "id": f"{group}:{letter.id}",
+        "job_id": envelope.id,
+        "priority": letter.priority.value,
+        "job": envelope.job.to_dict(),
+        "error": letter.error,
+        "status": letter.status,
+        "attempts": letter.attempts,
+        "failed_at": letter.failed_at_ms / 1000,
+    }
+
+
+API_KEY = web.AppKey("emq_api", Api)
+
+
+def make_app(
+    settings: Settings, api: ApiSettings, config: ConfigStore, queues: QueueBackend
+) -> web.Application:
+    """The aiohttp application; the caller owns ``config`` and ``queues`` and closes them."""
+    metrics = ApiMetrics()
+    handlers = Api(settings, api, config, queues, metrics)
+    app = web.Application(
+        client_max_size=api.max_request_bytes,
+        middlewares=[metrics.middleware, error_middleware],
+    )
+    app[API_KEY] = handlers
+    topic = "/v1/tenants/{tenant}/topics/{topic}"
+    app.router.add_routes(
+        [
+            web.post("/v1/tenants", handlers.create_tenant),
+            web.get("/v1/tenants", handlers.list_tenants),
+            web.post("/v1/tenants/{tenant}/topics", handlers.create_topic),
+            web.get("/v1/tenants/{tenant}/topics", handlers.list_topics),
+            web.get(topic, handlers.show_topic),
+            web.patch(topic, handlers.patch_topic),
+            web.post(topic + "/jobs", handlers.enqueue),
+            web.get(topic + "/dlq", handlers.dlq_list),
+            web.post(topic + "/dlq/replay", handlers.dlq_replay),
+            web.get("/healthz", handlers.healthz),
+            web.get("/metrics", metrics.handle),
+            web.get("/openapi.json", handlers.openapi),
+        ]
+    )
+    return app

@@ -1,0 +1,295 @@
+"""The OpenAPI 3.1 description served at ``/openapi.json``.
+
+Written by hand next to the handlers; a test checks that it lists exactly the app's routes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from emq import __version__
+
+_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"}
+_NS = {
+    "name": "namespace",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["online", "sandbox"]},
+}
+
+
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{name}"}
+
+
+def _path_params(*names: str) -> list[dict[str, Any]]:
+    return [{"name": n, "in": "path", "required": True, "schema": _NAME} for n in names]
+
+
+def _body(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"required": True, "content": {"application/json": {"schema": schema}}}
+
+
+def _answer(status: int, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
+    out: dict[str, Any] = {"description": description}
+    if schema is not None:
+        out["content"] = {"application/json": {"schema": schema}}
+    return {str(status): out}
+
+
+def _errors(*statuses: int) -> dict[str, Any]:
+    text = {
+        400: "malformed JSON",
+        401: "missing or invalid token",
+        403: "not allowed for this token",
+        404: "unknown tenant or topic",
+        409: "already exists",
+        413: "job or request too large",
+        422: "invalid field (error.field names it)",
+        429: "topic backlog above max_backlog (see Retry-After)",
+        503: "Redis or ZooKeeper unreachable",
+    }
+    out: dict[str, Any] = {}
+    for s in statuses:
+        out |= _answer(s, text[s], _ref("Error"))
+    return out
+
+
+_SCHEMAS: dict[str, Any] = {
+    "Error": {
+        "type": "object",
+        "required": ["error"],
+        "properties": {
+            "error": {
+                "type": "object",
+                "required": ["code", "message"],
+                "properties": {
+                    "code": {"type": "string"},
+                    "message": {"type": "string"},
+                    "field": {"type": "string"},
+                },
+            }
+        },
+    },
+    "Retry": {
+        "type": "object",
+        "properties": {
+            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 8},
+            "base_delay_s": {"type": "number", "default": 1.0},
+            "multiplier": {"type": "number", "default": 2.0},
+            "max_delay_s": {"type": "number", "default": 600.0},
+            "jitter": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2},
+        },
+        "additionalProperties": False,
+    },
+    "TopicSettings": {
+        "type": "object",
+        "properties": {
+            "qps": {"type": "integer", "minimum": 1},
+            "paused": {"type": "boolean"},
+            "retry": _ref("Retry"),
+            "endpoint_concurrency": {"type": "integer", "minimum": 1, "maximum": 10000},
+            "max_backlog": {"type": "integer", "minimum": 1},
+            "priority_mode": {"type": "string", "enum": ["strict", "weighted"]},
+        },
+        "additionalProperties": False,
+    },
+    "Topic": {
+        "type": "object",
+        "properties": {
+            "namespace": {"type": "string"},
+            "tenant": {"type": "string"},
+            "topic": {"type": "string"},
+            "qps": {"type": "integer"},
+            "groups": {"type": "integer"},
+            "group_qps": {"type": "array", "items": {"type": "integer"}},
+            "paused": {"type": "boolean"},
+            "max_backlog": {"type": "integer"},
+            "endpoint_concurrency": {"type": "integer"},
+            "priority_mode": {"type": "string"},
+            "retry": _ref("Retry"),
+            "secret": {"type": "string", "description": "signing secret; only on creation"},
+            "backlog": {
+                "type": "object",
+                "properties": {p: {"type": "integer"} for p in ("high", "medium", "low")},
+            },
+            "delayed": {"type": "integer"},
+            "per_group": {"type": "array", "items": {"type": "object"}},
+        },
+    },
+    "Job": {
+        "type": "object",
+        "required": ["url"],
+        "additionalProperties": False,
+        "properties": {
+            "url": {"type": "string", "format": "uri", "description": "http or https"},
+            "method": {
+                "type": "string",
+                "enum": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
+                "default": "POST",
+            },
+            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
+            "body": {"type": ["string", "object", "array", "null"]},
+            "priority": {"type": "string", "enum": ["high", "medium", "low"], "default": "medium"},
+            "key": {"type": "string", "description": "same key, same group, order kept"},
+            "idempotency_key": {"type": "string"},
+            "delay_s": {"type": "number", "minimum": 0},
+        },
+    },
+    "Accepted": {
+        "type": "object",
+        "properties": {
+            "ids": {"type": "array", "items": {"type": "string"}},
+            "duplicates": {"type": "integer"},
+        },
+    },
+    "DeadLetter": {
+        "type": "object",
+        "properties": {
+            "id": {"type": "string"},
+            "job_id": {"type": "string"},
+            "priority": {"type": "string"},
+            "job": _ref("Job"),
+            "error": {"type": "string"},
+            "status": {"type": ["integer", "null"]},
+            "attempts": {"type": "integer"},
+            "failed_at": {"type": "number"},
+        },
+    },
+}
+
+
+def _paths() -> dict[str, Any]:
+    topic = "/v1/tenants/{tenant}/topics/{topic}"
+    tp = [*_path_params("tenant", "topic"), _NS]
+    return {
+        "/v1/tenants": {
+            "post": {
+                "summary": "Create a tenant (admin); the answer holds its API token, shown once",
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "required": ["tenant"],
+                        "properties": {"tenant": _NAME, "name": {"type": "string"}},
+                    }
+                ),
+                "responses": _answer(201, "created") | _errors(400, 401, 403, 409, 422, 503),
+            },
+            "get": {
+                "summary": "List tenants (admin)",
+                "responses": _answer(200, "tenants") | _errors(401, 403, 503),
+            },
+        },
+        "/v1/tenants/{tenant}/topics": {
+            "parameters": [*_path_params("tenant"), _NS],
+            "post": {
+                "summary": "Create a topic (admin); groups follow the split rule",
+                "requestBody": _body(
+                    {
+                        "allOf": [_ref("TopicSettings")],
+                        "required": ["topic", "qps"],
+                        "properties": {"topic": _NAME, "namespace": _NS["schema"]},
+                    }
+                ),
+                "responses": _answer(201, "created", _ref("Topic"))
+                | _errors(400, 401, 403, 404, 409, 422, 503),
+            },
+            "get": {
+                "summary": "List a tenant's topics",
+                "responses": _answer(200, "topics") | _errors(401, 404, 503),
+            },
+        },
+        topic: {
+            "parameters": tp,
+            "get": {
+                "summary": "Show a topic: quota, groups, backlog per priority, paused",
+                "responses": _answer(200, "topic", _ref("Topic")) | _errors(401, 404, 422, 503),
+            },
+            "patch": {
+                "summary": "Change a topic live (admin): quota, pause, retry, limits",
+                "requestBody": _body(_ref("TopicSettings")),
+                "responses": _answer(200, "topic", _ref("Topic"))
+                | _errors(400, 401, 403, 404, 409, 422, 503),
+            },
+        },
+        topic + "/jobs": {
+            "parameters": tp,
+            "post": {
+                "summary": "Enqueue one job or a batch of up to 1000; 202 = durably stored",
+                "requestBody": _body(
+                    {
+                        "oneOf": [
+                            _ref("Job"),
+                            {
+                                "type": "object",
+                                "required": ["jobs"],
+                                "properties": {
+                                    "jobs": {
+                                        "type": "array",
+                                        "items": _ref("Job"),
+                                        "maxItems": 1000,
+                                    }
+                                },
+                            },
+                        ]
+                    }
+                ),
+                "responses": _answer(202, "accepted", _ref("Accepted"))
+                | _errors(400, 401, 404, 413, 422, 429, 503),
+            },
+        },
+        topic + "/dlq": {
+            "parameters": [
+                *tp,
+                {"name": "limit", "in": "query", "schema": {"type": "integer", "maximum": 1000}},
+                {"name": "cursor", "in": "query", "schema": {"type": "string"}},
+            ],
+            "get": {
+                "summary": "List dead-lettered jobs, oldest first",
+                "responses": _answer(
+                    200,
+                    "dead letters",
+                    {
+                        "type": "object",
+                        "properties": {
+                            "dead": {"type": "array", "items": _ref("DeadLetter")},
+                            "next_cursor": {"type": ["string", "null"]},
+                        },
+                    },
+                )
+                | _errors(401, 404, 422, 503),
+            },
+        },
+        topic + "/dlq/replay": {
+            "parameters": tp,
+            "post": {
+                "summary": "Put dead letters back in their queues (delivered at the quota)",
+                "requestBody": _body(
+                    {
+                        "type": "object",
+                        "properties": {
+                            "ids": {"type": "array", "items": {"type": "string"}},
+                            "limit": {"type": "integer", "minimum": 1},
+                        },
+                    }
+                ),
+                "responses": _answer(200, "replayed") | _errors(400, 401, 404, 422, 503),
+            },
+        },
+        "/healthz": {"get": {"summary": "Liveness and backends", "responses": _answer(200, "ok")}},
+        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": _answer(200, "text")}},
+        "/openapi.json": {"get": {"summary": "This document", "responses": _answer(200, "spec")}},
+    }
+
+
+def spec() -> dict[str, Any]:
+    return {
+        "openapi": "3.1.0",
+        "info": {"title": "EMQ API", "version": __version__},
+        "components": {
+            "schemas": _SCHEMAS,
+            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+        },
+        "security": [{"bearer": []}],
+        "paths": _paths(),
+    }

@@ -1,0 +1,95 @@
+"""``emq api``: serve the HTTP API on uvloop until SIGTERM/SIGINT, then drain and exit.
+
+Shutdown: stop listening, answer every further response with ``Connection: close``, let the
+requests in progress finish (a 202 is only sent once jobs are durable, and a body still
+uploading must be read to the end), up to ``shutdown_grace_s``; then close connections and the
+Redis and ZooKeeper clients. aiohttp's own cleanup stops reading request bodies at once, so it
+only runs after the drain.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+import time
+
+from aiohttp import web
+
+from emq.api.app import ApiSettings, make_app
+from emq.api.errors import Handler
+from emq.compose import open_config, open_queues
+from emq.settings import Settings
+
+log = logging.getLogger(__name__)
+
+
+class Drain:
+    """Counts requests in progress; once draining, asks clients to close their connections."""
+
+    def __init__(self) -> None:
+        self.in_progress = 0
+        self.draining = False
+        self._idle = asyncio.Event()
+        self._idle.set()
+
+    @web.middleware
+    async def middleware(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        self.in_progress += 1
+        self._idle.clear()
+        try:
+            response = await handler(request)
+            if self.draining:
+                response.force_close()
+            return response
+        finally:
+            self.in_progress -= 1
+            if self.in_progress == 0:
+                self._idle.set()
+
+    async def wait_idle(self, timeout_s: float) -> bool:
+        try:
+            await asyncio.wait_for(self._idle.wait(), timeout_s)
+            return True
+        except TimeoutError:
+            return False
+
+
+async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> None:
+    queues = await open_queues(settings)
+    try:
+        config = await open_config(settings)
+    except BaseException:
+        await queues.aclose()
+        raise
+    drain = Drain()
+    app = make_app(settings, api, config, queues)
+    app.middlewares.insert(0, drain.middleware)
+    runner = web.AppRunner(
+        app,
+        access_log=None,  # per-request logging would cost more than the request itself
+        shutdown_timeout=1.0,
+        handle_signals=False,
+    )
+    try:
+        await runner.setup()
+        site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
+        await site.start()
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, stop.set)
+        log.info("emq api listening on http://%s:%d (%s)", host, port, settings.namespace.value)
+        print(f"emq api listening on http://{host}:{port}", flush=True)
+        await stop.wait()
+        started = time.monotonic()
+        log.info("emq api stopping: %d requests in progress", drain.in_progress)
+        drain.draining = True
+        await site.stop()
+        if not await drain.wait_idle(api.shutdown_grace_s):
+            log.warning("%d requests still running after the grace period", drain.in_progress)
+        log.info("emq api drained in %.2f s", time.monotonic() - started)
+    finally:
+        await runner.cleanup()
+        await config.aclose()
+        await queues.aclose()

@@ -1,0 +1,134 @@
+"""``emq bench enqueue``: jobs/s and requests/s through the real API.
+
+Starts its own Redis and ZooKeeper (free loopback ports, a temporary directory), one ``emq api``
+process, and a load generator in a separate process (``emq.bench.load``), so client, API and
+Redis compete for this machine's cores as they would on a small deployment. Two runs: batches of
+1000 jobs (jobs/s) and single jobs (requests/s, latency).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+from emq.bench.machine import describe
+from emq.errors import EmqError
+from emq.stack import Service, free_port
+
+ADMIN_TOKEN = "bench-admin-token"
+TARGETS = {"jobs_per_s": 30_000, "requests_per_s": 4_000}
+
+
+def _call(base: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(
+        base + path,
+        data=data,
+        method=method,
+        headers={"Authorization": f"Bearer {ADMIN_TOKEN}", "Content-Type": "application/json"},
+    )
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return json.loads(r.read())
+
+
+def _wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise EmqError(f"emq api exited with {proc.returncode} during start-up")
+        try:
+            with urllib.request.urlopen(base + "/healthz", timeout=1) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.1)
+    raise EmqError("emq api did not become healthy within 30 s")
+
+
+def _load(base: str, token: str, batch: int, concurrency: int, duration_s: float) -> dict[str, Any]:
+    url = f"{base}/v1/tenants/bench/topics/load/jobs"
+    argv = [
+        sys.executable,
+        "-m",
+        "emq.bench.load",
+        url,
+        token,
+        "--batch",
+        str(batch),
+        "--concurrency",
+        str(concurrency),
+        "--duration-s",
+        str(duration_s),
+    ]
+    done = subprocess.run(
+        argv, capture_output=True, text=True, timeout=duration_s + 120, check=False
+    )
+    if done.returncode != 0:
+        raise EmqError(f"load generator failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    result |= {"batch": batch, "concurrency": concurrency}
+    return result
+
+
+def run(
+    duration_s: float = 10.0, batch_concurrency: int = 4, single_concurrency: int = 64
+) -> dict[str, Any]:
+    with tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp:
+        redis = Service("redis", "redis.sh", Path(tmp) / "redis", free_port())
+        zk = Service("zookeeper", "zookeeper.sh", Path(tmp) / "zk", free_port())
+        redis.start()
+        try:
+            zk.start()
+            return _with_api(redis, zk, duration_s, batch_concurrency, single_concurrency)
+        finally:
+            zk.stop()
+            redis.stop()
+
+
+def _with_api(
+    redis: Service, zk: Service, duration_s: float, batch_c: int, single_c: int
+) -> dict[str, Any]:
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
+        "EMQ_REDIS_URL": f"redis://{redis.address}/0",
+        "EMQ_ZK_HOSTS": zk.address,
+        "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
+        "EMQ_API_URL": base,
+        "EMQ_LOG_LEVEL": "WARNING",
+    }
+    api = subprocess.Popen([sys.executable, "-m", "emq", "api"], env=env, stdout=subprocess.DEVNULL)
+    try:
+        _wait_healthy(base, api)
+        token = _call(base, "POST", "/v1/tenants", {"tenant": "bench"})["token"]
+        _call(
+            base,
+            "POST",
+            "/v1/tenants/bench/topics",
+            {"topic": "load", "qps": 10_000, "max_backlog": 1_000_000_000},
+        )
+        batch = _load(base, token, 1000, batch_c, duration_s)
+        single = _load(base, token, 1, single_c, duration_s)
+    finally:
+        api.send_signal(signal.SIGTERM)
+        api.wait(timeout=30)
+    return {
+        "bench": "enqueue",
+        "jobs_per_s": batch["jobs_per_s"],
+        "requests_per_s": single["requests_per_s"],
+        "p50_ms": single["p50_ms"],
+        "p99_ms": single["p99_ms"],
+        "batch_p50_ms": batch["p50_ms"],
+        "batch_p99_ms": batch["p99_ms"],
+        "targets": TARGETS,
+        "runs": {"batch_1000": batch, "single": single},
+        "machine": describe(),
+    }

@@ -1,0 +1,614 @@
+"""The tenant and admin commands of ``emq``: thin shells over :class:`emq.client.Client`.
+
+``tenant create|list``, ``topic create|list|show|set-quota|pause|resume``, ``enqueue`` and
+``dlq list|replay``. Each prints a readable table or lines, or the API's JSON with ``--json``.
+The API is at ``EMQ_API_URL``; admin commands authenticate with ``--token`` or
+``EMQ_ADMIN_TOKEN``, tenant commands with ``--token``, ``EMQ_TOKEN`` or ``EMQ_ADMIN_TOKEN``.
+
+An error from the API is one line, ``emq: error: <code>: <message> (field: X)``, and exit 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+from collections import Counter
+from collections.abc import Awaitable, Callable, Iterable, Sequence
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
+
+import uvloop
+
+from emq.client import Client, describe
+from emq.errors import EmqError, InvalidInput
+from emq.model import Job, Namespace, Priority, PriorityMode
+from emq.settings import Settings
+
+_T = TypeVar("_T")
+if TYPE_CHECKING:  # argparse has no public name for it, and it is generic only in typeshed
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+EXIT_ERROR = 1
+TOKEN_ONCE = "the token is shown only this once: store it now"
+
+
+class CommandFailed(EmqError):
+    """An EMQ error worded for the command line (``code: message (field: X)``)."""
+
+    def __init__(self, error: EmqError, prefix: str = "") -> None:
+        super().__init__(prefix + describe(error))
+        self.code = error.code
+        self.error = error
+
+
+# ----------------------------------------------------------------------------- running
+
+
+def _token(args: argparse.Namespace, settings: Settings) -> str:
+    if args.token:
+        return str(args.token)
+    if args.role == "admin":
+        return settings.admin_token
+    return settings.token or settings.admin_token
+
+
+def _namespace(args: argparse.Namespace, settings: Settings) -> str:
+    return str(getattr(args, "namespace", None) or settings.namespace.value)
+
+
+def _run(
+    args: argparse.Namespace, settings: Settings, work: Callable[[Client], Awaitable[_T]]
+) -> _T:
+    """Run ``work`` with a client on a fresh event loop; API errors become one CLI line."""
+
+    async def main() -> _T:
+        namespace = _namespace(args, settings)
+        async with Client(settings.api_url, _token(args, settings), namespace=namespace) as client:
+            return await work(client)
+
+    try:
+        return uvloop.run(main())
+    except CommandFailed:
+        raise
+    except EmqError as e:
+        raise CommandFailed(e) from e
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str) -> None:
+    cells = [list(headers)] + [[_cell(v) for v in row] for row in rows]
+    if len(cells) == 1:
+        print(empty)
+        return
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _cell(value: object) -> str:
+    text = "-" if value is None or value == "" else str(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _when(epoch_s: object) -> str:
+    if not isinstance(epoch_s, int | float) or not epoch_s:
+        return "-"
+    return datetime.fromtimestamp(epoch_s, UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _where(body: dict[str, Any]) -> str:
+    return f"{body['namespace']}/{body['tenant']}/{body['topic']}"
+
+
+# ----------------------------------------------------------------------------- tenants
+
+
+def cmd_tenant_create(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(args, settings, lambda c: c.create_tenant(args.tenant, args.name))
+    if args.json:
+        _print_json(body)
+        return 0
+    label = f" ({body['name']})" if body.get("name") else ""
+    print(f"created tenant {body['tenant']}{label}")
+    print(f"token  {body['token']}")
+    print(f"({TOKEN_ONCE})", file=sys.stderr)
+    return 0
+
+
+def cmd_tenant_list(args: argparse.Namespace, settings: Settings) -> int:
+    tenants = _run(args, settings, lambda c: c.list_tenants())
+    if args.json:
+        _print_json({"tenants": tenants})
+        return 0
+    rows = [(t["tenant"], t.get("name"), _when(t.get("created_at"))) for t in tenants]
+    _table(("TENANT", "NAME", "CREATED"), rows, "no tenants")
+    return 0
+
+
+# ----------------------------------------------------------------------------- topics
+
+
+def _print_topic(body: dict[str, Any]) -> None:
+    shares = ", ".join(f"{n}x{q}" for q, n in Counter(body["group_qps"]).items())
+    retry = ", ".join(f"{k} {v}" for k, v in body["retry"].items())
+    lines = [
+        ("topic", _where(body)),
+        ("qps", f"{body['qps']} in {body['groups']} groups of {shares} QPS"),
+        ("paused", "yes" if body["paused"] else "no"),
+        ("max_backlog", body["max_backlog"]),
+        ("endpoint_concurrency", body["endpoint_concurrency"]),
+        ("priority_mode", body["priority_mode"]),
+        ("retry", retry),
+    ]
+    if "backlog" in body:
+        queued = ", ".join(f"{p} {n}" for p, n in body["backlog"].items())
+        lines.append(("backlog", f"{queued}; delayed {body['delayed']}"))
+    if "secret" in body:
+        lines.append(("secret", body["secret"]))
+    for key, value in lines:
+        print(f"{key:<21} {value}")
+    if len(body.get("per_group", ())) > 1:
+        print()
+        rows = [
+            (g["index"], *(g["backlog"][p.value] for p in Priority), g["delayed"])
+            for g in body["per_group"]
+        ]
+        _table(("GROUP", "HIGH", "MEDIUM", "LOW", "DELAYED"), rows, "")
+
+
+def _show(args: argparse.Namespace, body: dict[str, Any], verb: str | None = None) -> int:
+    if args.json:
+        _print_json(body)
+    elif verb is None:
+        _print_topic(body)
+    else:
+        print(
+            f"{verb} topic {_where(body)}: qps {body['qps']} in {body['groups']} groups, "
+            f"{'paused' if body['paused'] else 'running'}"
+        )
+    return 0
+
+
+def cmd_topic_create(args: argparse.Namespace, settings: Settings) -> int:
+    retry = {"max_attempts": args.max_attempts} if args.max_attempts is not None else None
+    body = _run(
+        args,
+        settings,
+        lambda c: c.create_topic(
+            args.tenant,
+            args.topic,
+            args.qps,
+            retry=retry,
+            endpoint_concurrency=args.endpoint_concurrency,
+            max_backlog=args.max_backlog,
+            priority_mode=args.priority_mode,
+        ),
+    )
+    if not args.json:
+        print(f"created topic {_where(body)}")
+    return _show(args, body)
+
+
+def cmd_topic_list(args: argparse.Namespace, settings: Settings) -> int:
+    topics = _run(args, settings, lambda c: c.list_topics(args.tenant))
+    if args.json:
+        _print_json({"topics": topics})
+        return 0
+    rows = [
+        (t["topic"], t["namespace"], t["qps"], t["groups"], "yes" if t["paused"] else "no")
+        for t in topics
+    ]
+    _table(("TOPIC", "NAMESPACE", "QPS", "GROUPS", "PAUSED"), rows, "no topics")
+    return 0
+
+
+def cmd_topic_show(args: argparse.Namespace, settings: Settings) -> int:
+    return _show(args, _run(args, settings, lambda c: c.get_topic(args.tenant, args.topic)))
+
+
+def cmd_topic_set_quota(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(args, settings, lambda c: c.set_quota(args.tenant, args.topic, args.qps))
+    return _show(args, body, "updated")
+
+
+def cmd_topic_pause(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(args, settings, lambda c: c.pause(args.tenant, args.topic))
+    return _show(args, body, "paused")
+
+
+def cmd_topic_resume(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(args, settings, lambda c: c.resume(args.tenant, args.topic))
+    return _show(args, body, "resumed")
+
+
+# ----------------------------------------------------------------------------- enqueue
+
+
+def _header(text: str) -> tuple[str, str]:
+    """An argparse type for ``--header 'Name: value'``."""
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise argparse.ArgumentTypeError(f"expected 'Name: value', got {text!r}")
+    return name.strip(), value.strip()
+
+
+def _read_text(path: str, flag: str) -> str:
+    try:
+        if path == "-":
+            return sys.stdin.read()
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except (OSError, UnicodeDecodeError) as e:
+        raise CommandFailed(InvalidInput(flag, f"cannot read {path}: {e}")) from None
+
+
+def _job(args: argparse.Namespace) -> dict[str, Any]:
+    """The one job described by ``--url`` and its companion flags."""
+    job: dict[str, Any] = {"url": args.url}
+    headers: dict[str, str] = {}
+    for name, value in args.header or ():
+        if name.lower() in (h.lower() for h in headers):
+            args.parser.error(f"argument --header: {name!r} given twice")
+        headers[name] = value
+    body = _read_text(args.body_file, "--body-file") if args.body_file else args.body
+    options = {
+        "method": args.method,
+        "headers": headers or None,
+        "body": body,
+        "priority": args.priority,
+        "key": args.key,
+        "idempotency_key": args.idempotency_key,
+        "delay_s": args.delay,
+    }
+    return job | {k: v for k, v in options.items() if v is not None}
+
+
+JOB_FLAGS = ("method", "header", "body", "body_file", "priority", "key", "idempotency_key", "delay")
+
+
+def read_jobs(text: str) -> list[dict[str, Any]]:
+    """Jobs from JSON Lines, each checked like the API does; errors name the line."""
+    jobs = []
+    for n, line in enumerate(text.splitlines(), start=1):
+        if not line.strip():
+            continue
+        try:
+            job = json.loads(line)
+        except ValueError as e:
+            raise InvalidInput(f"line {n}", f"is not valid JSON: {e}") from None
+        try:
+            Job.parse(job)  # the API's own check, so a bad line sends nothing at all
+        except InvalidInput as e:
+            raise e.prefixed(f"line {n}") from None
+        jobs.append(job)
+    if not jobs:
+        raise InvalidInput("--file", "holds no jobs")
+    return jobs
+
+
+async def _produce(
+    client: Client, args: argparse.Namespace, jobs: Sequence[dict[str, Any]]
+) -> tuple[list[object], int]:
+    """Send ``jobs`` through a Producer; each job's id or error, and the duplicate count."""
+    async with client.producer(args.tenant, args.topic) as producer:
+        futures = [await producer.submit(job) for job in jobs]
+    results: list[object] = list(await asyncio.gather(*futures, return_exceptions=True))
+    return results, producer.duplicates
+
+
+def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
+    if args.file is None:
+        job = _job(args)
+        body = _run(args, settings, lambda c: c.enqueue(args.tenant, args.topic, job))
+        if args.json:
+            _print_json(body)
+        else:
+            print(("duplicate of job " if body["duplicates"] else "accepted job ") + body["ids"][0])
+        return 0
+    given = [f for f in JOB_FLAGS if getattr(args, f) is not None]
+    if given:
+        args.parser.error(f"--{given[0].replace('_', '-')} describes one job; not with --file")
+    try:
+        jobs = read_jobs(_read_text(args.file, "--file"))
+    except InvalidInput as e:
+        raise CommandFailed(e) from None
+    results, duplicates = _run(args, settings, lambda c: _produce(c, args, jobs))
+    return _report_batch(args, results, duplicates)
+
+
+def _report_batch(args: argparse.Namespace, results: list[object], duplicates: int) -> int:
+    ids = [r if isinstance(r, str) else None for r in results]
+    errors = [r for r in results if isinstance(r, BaseException)]
+    if args.json:
+        _print_json({"ids": ids, "duplicates": duplicates, "failed": len(errors)})
+    else:
+        accepted = len(ids) - len(errors)
+        print(f"accepted {accepted} of {len(ids)} jobs ({duplicates} duplicates)")
+    if errors:
+        first = errors[0]
+        prefix = f"{len(errors)} of {len(ids)} jobs not accepted; first: "
+        if isinstance(first, EmqError):
+            raise CommandFailed(first, prefix)
+        raise EmqError(prefix + describe(first))
+    return 0
+
+
+# ----------------------------------------------------------------------------- dead letters
+
+
+def cmd_dlq_list(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(
+        args,
+        settings,
+        lambda c: c.dlq_list(args.tenant, args.topic, limit=args.limit, cursor=args.cursor),
+    )
+    if args.json:
+        _print_json(body)
+        return 0
+    rows = [
+        (
+            d["id"],
+            d["job_id"],
+            d["priority"],
+            d["attempts"],
+            d["status"],
+            _when(d["failed_at"]),
+            d["error"],
+        )
+        for d in body["dead"]
+    ]
+    headers = ("ID", "JOB", "PRIORITY", "ATTEMPTS", "STATUS", "FAILED", "ERROR")
+    _table(headers, rows, "no dead letters")
+    if body.get("next_cursor"):
+        print(f"(more: --cursor {body['next_cursor']})")
+    return 0
+
+
+def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
+    body = _run(
+        args,
+        settings,
+        lambda c: c.dlq_replay(args.tenant, args.topic, ids=args.id, limit=args.limit),
+    )
+    if args.json:
+        _print_json(body)
+    else:
+        print(f"replayed {body['replayed']} dead letters (delivered again at the topic's quota)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+def _options(*, namespace: bool) -> argparse.ArgumentParser:
+    """The flags every API command shares."""
+    p = argparse.ArgumentParser(add_help=False)
+    p.add_argument("--json", action="store_true", help="print the API's JSON answer")
+    p.add_argument(
+        "--token",
+        help="API token (default: EMQ_ADMIN_TOKEN for admin commands; EMQ_TOKEN, else "
+        "EMQ_ADMIN_TOKEN, for tenant commands)",
+    )
+    if namespace:
+        p.add_argument(
+            "--namespace",
+            choices=[n.value for n in Namespace],
+            help="the topic's namespace (default: EMQ_NAMESPACE, online)",
+        )
+    return p
+
+
+def _command(
+    sub: Subparsers,
+    name: str,
+    func: Callable[[argparse.Namespace, Settings], int],
+    *,
+    role: str,
+    help: str,
+    description: str,
+    topic: bool = True,
+) -> argparse.ArgumentParser:
+    parent = _options(namespace=topic)
+    p: argparse.ArgumentParser = sub.add_parser(
+        name, help=help, description=description, parents=[parent]
+    )
+    p.set_defaults(func=func, role=role, parser=p)
+    return p
+
+
+def _group(sub: Subparsers, name: str, help: str, description: str) -> Subparsers:
+    p = sub.add_parser(name, help=help, description=description)
+    return p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+
+def _tenant_and_topic(p: argparse.ArgumentParser) -> None:
+    p.add_argument("tenant", metavar="TENANT", help="tenant name")
+    p.add_argument("topic", metavar="TOPIC", help="topic name")
+
+
+def add_commands(sub: Subparsers) -> None:
+    """Register ``tenant``, ``topic``, ``enqueue`` and ``dlq`` on ``emq``'s subparsers."""
+    _add_tenant(sub)
+    _add_topic(sub)
+    _add_enqueue(sub)
+    _add_dlq(sub)
+
+
+def _add_tenant(sub: Subparsers) -> None:
+    tenant = _group(
+        sub,
+        "tenant",
+        "create and list tenants (admin)",
+        "Tenants own topics and enqueue jobs with their own API token.",
+    )
+    create = _command(
+        tenant,
+        "create",
+        cmd_tenant_create,
+        role="admin",
+        topic=False,
+        help="create a tenant and print its API token",
+        description="Create a tenant. Its API token is printed once (only a hash is stored): "
+        "give it to the tenant as EMQ_TOKEN.",
+    )
+    create.add_argument("tenant", metavar="NAME", help="tenant name: A-Z a-z 0-9 _ . - (max 64)")
+    create.add_argument("--name", help="display name")
+    _command(
+        tenant,
+        "list",
+        cmd_tenant_list,
+        role="admin",
+        topic=False,
+        help="list tenants",
+        description="List every tenant with its display name.",
+    )
+
+
+def _add_topic(sub: Subparsers) -> None:
+    topic = _group(
+        sub,
+        "topic",
+        "create, show and change topics",
+        "A topic is a tenant's queue with a QPS quota, split into groups.",
+    )
+    create = _command(
+        topic,
+        "create",
+        cmd_topic_create,
+        role="admin",
+        help="create a topic with a QPS quota (admin)",
+        description="Create a topic; its groups follow from the quota (at most "
+        "EMQ_MAX_GROUP_QPS each). Prints the topic with its webhook signing secret.",
+    )
+    _tenant_and_topic(create)
+    create.add_argument("--qps", type=int, required=True, metavar="N", help="delivery quota")
+    create.add_argument(
+        "--max-attempts", type=int, metavar="N", help="delivery attempts before the DLQ (default 8)"
+    )
+    create.add_argument(
+        "--endpoint-concurrency",
+        type=int,
+        metavar="N",
+        help="concurrent requests per endpoint (default 32)",
+    )
+    create.add_argument(
+        "--max-backlog",
+        type=int,
+        metavar="N",
+        help="refuse jobs (429) above this many waiting (default 1000000)",
+    )
+    create.add_argument(
+        "--priority-mode",
+        choices=[m.value for m in PriorityMode],
+        help="strict (high>medium>low) or weighted (default strict)",
+    )
+    listing = _command(
+        topic,
+        "list",
+        cmd_topic_list,
+        role="tenant",
+        help="list a tenant's topics",
+        description="List a tenant's topics in one namespace with their quotas.",
+    )
+    listing.add_argument("tenant", metavar="TENANT", help="tenant name")
+    show = _command(
+        topic,
+        "show",
+        cmd_topic_show,
+        role="tenant",
+        help="show a topic's quota, groups and backlog",
+        description="Show a topic: quota, groups, state and backlog per priority and per group.",
+    )
+    _tenant_and_topic(show)
+    quota = _command(
+        topic,
+        "set-quota",
+        cmd_topic_set_quota,
+        role="admin",
+        help="change a topic's QPS quota (admin)",
+        description="Change a topic's QPS quota live; workers apply it within "
+        "2 s. Groups are added when the quota needs more, never removed.",
+    )
+    _tenant_and_topic(quota)
+    quota.add_argument("qps", metavar="QPS", type=int, help="the new quota")
+    for name, func, verb in (
+        ("pause", cmd_topic_pause, "Stop delivering"),
+        ("resume", cmd_topic_resume, "Resume delivering"),
+    ):
+        p = _command(
+            topic,
+            name,
+            func,
+            role="admin",
+            help=f"{name} a topic's deliveries (admin)",
+            description=f"{verb} a topic's jobs; enqueueing is unaffected.",
+        )
+        _tenant_and_topic(p)
+
+
+def _add_enqueue(sub: Subparsers) -> None:
+    p = _command(
+        sub,
+        "enqueue",
+        cmd_enqueue,
+        role="tenant",
+        help="enqueue one job, or a JSON Lines file of jobs",
+        description="Enqueue one job described by --url and its flags, or every job of a JSON "
+        "Lines file (--file; '-' reads stdin): one job object per line, as in the API, sent in "
+        "batches. The file is checked whole first: a bad line sends nothing.",
+    )
+    _tenant_and_topic(p)
+    what = p.add_mutually_exclusive_group(required=True)
+    what.add_argument("--url", help="the job's destination (http or https)")
+    what.add_argument("--file", metavar="JOBS.jsonl", help="JSON Lines file of jobs ('-': stdin)")
+    p.add_argument("--method", help="HTTP method (default POST)")
+    p.add_argument(
+        "--header",
+        action="append",
+        type=_header,
+        metavar="'K: V'",
+        help="a request header (repeatable)",
+    )
+    body = p.add_mutually_exclusive_group()
+    body.add_argument("--body", metavar="TEXT", help="request body")
+    body.add_argument("--body-file", metavar="F", help="read the request body from F ('-': stdin)")
+    p.add_argument("--priority", choices=[q.value for q in Priority], help="default medium")
+    p.add_argument("--key", metavar="K", help="same key: same group, order kept")
+    p.add_argument("--idempotency-key", metavar="K", help="a repeat with this key is ignored")
+    p.add_argument("--delay", type=float, metavar="S", help="deliver no sooner than S seconds")
+
+
+def _add_dlq(sub: Subparsers) -> None:
+    dlq = _group(
+        sub,
+        "dlq",
+        "list and replay dead letters",
+        "Jobs that exhausted their attempts wait in their topic's dead-letter queue.",
+    )
+    listing = _command(
+        dlq,
+        "list",
+        cmd_dlq_list,
+        role="tenant",
+        help="list a topic's dead letters",
+        description="List dead letters with their last error, a page at a time.",
+    )
+    _tenant_and_topic(listing)
+    listing.add_argument("--limit", type=int, metavar="N", help="page size (default 100)")
+    listing.add_argument("--cursor", metavar="C", help="continue after a previous page")
+    replay = _command(
+        dlq,
+        "replay",
+        cmd_dlq_replay,
+        role="tenant",
+        help="deliver dead letters again",
+        description="Put dead letters back on their topic (these --id ones, or up "
+        "to --limit of them); they are delivered at the topic's quota.",
+    )
+    _tenant_and_topic(replay)
+    replay.add_argument("--id", action="append", metavar="ID", help="a dead letter (repeatable)")
+    replay.add_argument("--limit", type=int, metavar="N", help="replay at most N (default 1000)")

@@ -1,0 +1,33 @@
+"""The composition root: the one place that picks concrete backends for the settings."""
+
+from __future__ import annotations
+
+import redis.asyncio as aioredis
+
+from adapters.redis_history import RedisHistoryStore
+from adapters.redis_queue import connect as connect_redis
+from adapters.zk_config import connect as connect_zk
+from emq.interfaces import ConfigStore, HistoryStore, QueueBackend
+from emq.naming import RedisKeys
+from emq.settings import Settings
+
+
+async def open_queues(settings: Settings) -> QueueBackend:
+    return await connect_redis(
+        settings.redis_url, cluster=settings.redis_cluster, prefix=settings.redis_key_prefix
+    )
+
+
+async def open_config(settings: Settings) -> ConfigStore:
+    return await connect_zk(
+        settings.zk_hosts, root=settings.zk_root, session_timeout_s=settings.zk_session_timeout_s
+    )
+
+
+def open_history(settings: Settings) -> HistoryStore:
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url)
+    )
+    return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)

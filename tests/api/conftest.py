@@ -1,0 +1,82 @@
+"""The API served for real (aiohttp test server on loopback) over real Redis and ZooKeeper."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import redis.asyncio as aioredis
+from aiohttp.test_utils import TestClient, TestServer
+from kazoo.client import KazooClient
+
+from emq.api import ApiSettings, make_app
+from emq.compose import open_config, open_queues
+from emq.interfaces import ConfigStore, QueueBackend
+from emq.settings import Settings
+
+ADMIN = {"Authorization": "Bearer test-admin-token"}
+
+
+@dataclass
+class Api:
+    client: TestClient
+    queues: QueueBackend
+    config: ConfigStore
+    settings: Settings
+
+    async def tenant(self, name: str) -> dict[str, str]:
+        """Create a tenant; returns the headers that authenticate as it."""
+        r = await self.client.post("/v1/tenants", json={"tenant": name}, headers=ADMIN)
+        assert r.status == 201, await r.text()
+        return {"Authorization": f"Bearer {(await r.json())['token']}"}
+
+    async def topic(self, tenant: str, topic: str, qps: int, **extra: Any) -> dict[str, Any]:
+        r = await self.client.post(
+            f"/v1/tenants/{tenant}/topics",
+            json={"topic": topic, "qps": qps, **extra},
+            headers=ADMIN,
+        )
+        assert r.status == 201, await r.text()
+        return dict(await r.json())
+
+
+async def serve(
+    settings: Settings, queues: QueueBackend, config: ConfigStore, api: ApiSettings | None = None
+) -> TestClient:
+    client = TestClient(TestServer(make_app(settings, api or ApiSettings(), config, queues)))
+    await client.start_server()
+    return client
+
+
+@pytest.fixture
+async def api(settings: Settings) -> AsyncIterator[Api]:
+    queues = await open_queues(settings)
+    config = await open_config(settings)
+    client = await serve(settings, queues, config)
+    yield Api(client, queues, config, settings)
+    await client.close()
+    await config.aclose()
+    await queues.aclose()
+
+
+@pytest.fixture
+def snapshot(redis_client: aioredis.Redis, zk_client: KazooClient, test_id: str):  # type: ignore[no-untyped-def]
+    """A callable returning everything this test stored: Redis keys with values, ZooKeeper tree."""
+
+    async def take() -> tuple[dict[bytes, bytes], dict[str, bytes]]:
+        keys = sorted([k async for k in redis_client.scan_iter(match=f"{test_id}:*")])
+        values = {k: await redis_client.dump(k) for k in keys}
+        tree: dict[str, bytes] = {}
+
+        def walk(path: str) -> None:
+            data, _ = zk_client.get(path)
+            tree[path] = data
+            for child in zk_client.get_children(path):
+                walk(f"{path.rstrip('/')}/{child}")
+
+        walk("/")
+        return values, tree
+
+    return take

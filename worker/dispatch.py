@@ -1,0 +1,87 @@
+"""The dispatcher: takes jobs from group buffers at each group's quota, high before low.
+
+Groups with buffered jobs wait in a heap keyed by when they may next send. Each tick pops the
+groups that are due, while the sender pool has room: for each it reserves from the group's
+:class:`~capacity.rate.QpsCounter` (capped by the jobs it has and by its topic's endpoint
+concurrency), plans the take across high/medium/low (strict or weighted), hands the jobs to the
+senders and rolls back whatever it reserved and could not use. A group that still has jobs goes
+back into the heap for when its next token accrues; one whose endpoint is full is looked at again
+next tick. Idle groups are not in the heap at all, so a tick costs nothing for them.
+
+Fairness under overload: when the senders are full, the due groups stay in the heap in the order
+they became due, and the next tick starts with the longest-waiting one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections.abc import Callable
+
+from capacity.priority import plan_strict
+from worker.groups import Buffered, GroupState
+
+Send = Callable[[GroupState, Buffered], None]
+
+
+class Dispatcher:
+    def __init__(self, send: Send, tick_s: float) -> None:
+        self._send = send
+        self._tick_s = tick_s
+        self._heap: list[tuple[float, int, GroupState]] = []
+        self._seq = itertools.count()
+
+    def __len__(self) -> int:
+        return len(self._heap)
+
+    def wake(self, group: GroupState, at: float) -> None:
+        """Consider ``group`` from monotonic time ``at`` (no-op if it is already waiting)."""
+        if not group.scheduled and not group.stopped:
+            group.scheduled = True
+            heapq.heappush(self._heap, (at, next(self._seq), group))
+
+    def dispatch(self, budget: int, wall: float, mono: float) -> int:
+        """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
+        heap = self._heap
+        sent = 0
+        while heap and heap[0][0] <= mono and sent < budget:
+            _, _, group = heapq.heappop(heap)
+            group.scheduled = False
+            if group.stopped or group.topic.topic.paused:
+                continue
+            sent += self._serve(group, budget - sent, wall, mono)
+        return sent
+
+    def _serve(self, group: GroupState, budget: int, wall: float, mono: float) -> int:
+        available = group.buffered()
+        if available == 0:
+            return 0
+        room = group.topic.room()
+        want = min(available, room, budget)
+        granted = group.counter.reserve(want, wall) if want > 0 else 0
+        taken = self._take(group, granted, mono) if granted else 0
+        if granted > taken:
+            group.counter.rollback(granted - taken, wall)
+        if group.buffered():
+            self.wake(group, mono + self._delay(group, want, granted, wall))
+        return taken
+
+    def _delay(self, group: GroupState, want: int, granted: int, wall: float) -> float:
+        if want == 0 or granted == want:
+            return self._tick_s  # endpoint full, senders full, or all sent: look again next tick
+        # Quota-limited: come back when the next token has accrued.
+        return max(self._tick_s, 1.0 / max(1, group.counter.qps))
+
+    def _take(self, group: GroupState, budget: int, mono: float) -> int:
+        buffers = group.buffers
+        available = [len(b) for b in buffers]
+        if group.planner is None:
+            plan = plan_strict(budget, available)
+        else:
+            plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
+        taken = 0
+        for buffer, n in zip(buffers, plan, strict=True):
+            for _ in range(n):
+                self._send(group, buffer.popleft())
+            taken += n
+        return taken

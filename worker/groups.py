@@ -1,0 +1,188 @@
+"""What a worker holds for the topics and groups it owns: buffers, counters, progress, stats.
+
+A :class:`GroupState` lives from the moment the worker claims the group (with its epoch) until
+it releases it or is fenced. Its three buffers hold fetched jobs in offset order; its
+:class:`~worker.progress.Progress` per queue holds everything fetched and not yet finished.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from dataclasses import dataclass, field
+
+from capacity.priority import WeightedPlanner
+from capacity.rate import QpsCounter
+from emq.interfaces import Checkpoint, Offset
+from emq.model import PRIORITIES, Envelope, GroupRef, PriorityMode, QueueRef, Topic, TopicRef
+from worker.progress import Progress
+
+LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+
+
+@dataclass(slots=True)
+class Buffered:
+    """One fetched job waiting for quota (or in flight)."""
+
+    queue: QueueRef
+    offset: Offset
+    envelope: Envelope
+    fetched_at: float  # monotonic
+
+
+class LatencyHistogram:
+    """Fixed buckets (ms): cheap to add to, good enough for p50/p99 per interval."""
+
+    __slots__ = ("counts",)
+
+    def __init__(self) -> None:
+        self.counts = [0] * (len(LATENCY_BUCKETS_MS) + 1)
+
+    def minus(self, earlier: LatencyHistogram) -> LatencyHistogram:
+        out = LatencyHistogram()
+        out.counts = [a - b for a, b in zip(self.counts, earlier.counts, strict=True)]
+        return out
+
+    def copy(self) -> LatencyHistogram:
+        out = LatencyHistogram()
+        out.counts = list(self.counts)
+        return out
+
+    def add(self, ms: float) -> None:
+        for i, bound in enumerate(LATENCY_BUCKETS_MS):
+            if ms <= bound:
+                self.counts[i] += 1
+                return
+        self.counts[-1] += 1
+
+    def quantile(self, q: float) -> float:
+        total = sum(self.counts)
+        if total == 0:
+            return 0.0
+        rank = q * total
+        seen = 0
+        for i, n in enumerate(self.counts):
+            seen += n
+            if seen >= rank:
+                return float(LATENCY_BUCKETS_MS[min(i, len(LATENCY_BUCKETS_MS) - 1)])
+        return float(LATENCY_BUCKETS_MS[-1])
+
+
+@dataclass(slots=True)
+class TopicStats:
+    """Counters of one topic since the worker took it (readers keep their own snapshots)."""
+
+    delivered: int = 0
+    failed: int = 0
+    retried: int = 0
+    dead_lettered: int = 0
+    latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+
+
+class TopicState:
+    """One owned topic: its configuration, its endpoint's in-flight count, its stats."""
+
+    __slots__ = ("groups", "in_flight", "stats", "topic")
+
+    def __init__(self, topic: Topic) -> None:
+        self.topic = topic
+        self.in_flight = 0
+        self.stats = TopicStats()
+        self.groups: dict[int, GroupState] = {}
+
+    @property
+    def ref(self) -> TopicRef:
+        return self.topic.ref
+
+    def room(self) -> int:
+        """How many more requests this topic's endpoint may have in flight."""
+        return self.topic.endpoint_concurrency - self.in_flight
+
+
+class GroupState:
+    """One owned group: three buffers sharing one QPS counter."""
+
+    __slots__ = (
+        "buffers",
+        "counter",
+        "dropped",
+        "epoch",
+        "exhausted",
+        "hot",
+        "in_flight",
+        "planner",
+        "progress",
+        "queued_fetch",
+        "ref",
+        "scheduled",
+        "stopped",
+        "topic",
+    )
+
+    def __init__(
+        self,
+        ref: GroupRef,
+        epoch: int,
+        topic: TopicState,
+        qps: int,
+        checkpoints: list[Checkpoint | None],
+    ) -> None:
+        self.ref = ref
+        self.epoch = epoch
+        self.topic = topic
+        self.counter = QpsCounter(qps)
+        self.buffers: tuple[deque[Buffered], ...] = (deque(), deque(), deque())
+        self.progress = {
+            q: Progress(c.offset if c else Offset(0, 0))
+            for q, c in zip(ref.queues(), checkpoints, strict=True)
+        }
+        self.exhausted = [False, False, False]  # last fetch found nothing more in the queue
+        self.hot = True  # may have work in the store
+        self.queued_fetch = False
+        self.scheduled = False  # in the dispatcher's heap
+        self.stopped = False  # being released: no more fetching or dispatching
+        self.dropped = False  # fenced or gone: no more writes either
+        self.in_flight = 0
+        self.planner = self._planner(topic.topic)
+
+    @staticmethod
+    def _planner(topic: Topic) -> WeightedPlanner | None:
+        return WeightedPlanner() if topic.priority_mode is PriorityMode.WEIGHTED else None
+
+    def reconfigure(self, qps: int) -> None:
+        self.counter.set_qps(qps)
+        if (self.planner is None) != (self.topic.topic.priority_mode is PriorityMode.STRICT):
+            self.planner = self._planner(self.topic.topic)
+
+    def buffered(self) -> int:
+        b = self.buffers
+        return len(b[0]) + len(b[1]) + len(b[2])
+
+    def fill_target(self, buffer_seconds: float) -> int:
+        """How many jobs to hold: about ``buffer_seconds`` of the group's quota."""
+        return max(8, int(self.counter.qps * buffer_seconds))
+
+    def oldest_wait_s(self, now: float) -> list[float]:
+        return [now - b[0].fetched_at if b else 0.0 for b in self.buffers]
+
+    def mark_hot(self) -> None:
+        self.hot = True
+        self.exhausted = [False, False, False]
+
+    def drop_buffers(self) -> int:
+        """Forget every buffered (not in-flight) job; they will be fetched again."""
+        n = self.buffered()
+        for b in self.buffers:
+            b.clear()
+        return n
+
+    def queues(self) -> tuple[QueueRef, ...]:
+        return tuple(self.progress)
+
+
+def priority_index(queue: QueueRef) -> int:
+    return PRIORITIES.index(queue.priority)
+
+
+def now_ms() -> int:
+    return int(time.time() * 1000)

@@ -1,0 +1,129 @@
+"""Traffic history: per topic, per interval, what this worker saw (the capacity planner's input).
+
+Every ``history_interval_s`` (aligned to the wall clock) the recorder writes one row per topic
+that had any activity or backlog: deliveries, failures, retries, dead letters, p50/p99 push
+latency, the jobs buffered and waiting for quota, the quota and the group count. It also moves the
+Prometheus counters forward by the same deltas, so the two never disagree.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, replace
+
+from emq.errors import BackendUnavailable
+from emq.interfaces import HistoryRow, HistoryStore
+from emq.model import TopicRef
+from worker.groups import LatencyHistogram, TopicState, TopicStats
+from worker.metrics import WorkerMetrics
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(slots=True)
+class _Seen:
+    stats: TopicStats
+    latency: LatencyHistogram
+
+
+class HistoryRecorder:
+    def __init__(
+        self, source: str, interval_s: float, store: HistoryStore | None, metrics: WorkerMetrics
+    ) -> None:
+        self._source = source
+        self._interval = max(1, int(interval_s))
+        self._store = store
+        self._metrics = metrics
+        self._seen: dict[TopicRef, _Seen] = {}
+        self._metric_seen: dict[TopicRef, _Seen] = {}
+
+    async def run(self, topics: Mapping[TopicRef, TopicState]) -> None:
+        next_metrics = time.monotonic()
+        while True:
+            now = time.time()
+            boundary = (math.floor(now / self._interval) + 1) * self._interval
+            while time.time() < boundary:
+                await asyncio.sleep(min(1.0, max(0.0, boundary - time.time())))
+                if time.monotonic() >= next_metrics:
+                    self.sync_metrics(topics)
+                    next_metrics = time.monotonic() + 1.0
+            await self.flush(topics, boundary - self._interval)
+
+    async def flush(
+        self, topics: Mapping[TopicRef, TopicState], start: float | None = None
+    ) -> None:
+        interval_start = int(
+            start if start is not None else time.time() // self._interval * self._interval
+        )
+        rows = [r for r in (self._row(t, interval_start) for t in list(topics.values())) if r]
+        self.sync_metrics(topics)
+        if rows and self._store is not None:
+            try:
+                await self._store.record(rows)
+            except BackendUnavailable as e:
+                log.warning("history of %d topics not recorded (%s)", len(rows), e)
+
+    def _row(self, state: TopicState, interval_start: int) -> HistoryRow | None:
+        delta, latency = _delta(state, self._seen)
+        backlog = sum(g.buffered() for g in state.groups.values())
+        if not (delta.delivered or delta.failed or delta.dead_lettered or backlog):
+            return None
+        ref = state.ref
+        return HistoryRow(
+            interval_start=interval_start,
+            interval_s=self._interval,
+            namespace=ref.namespace.value,
+            tenant=ref.tenant,
+            topic=ref.topic,
+            source=self._source,
+            delivered=delta.delivered,
+            throttled_backlog=backlog,
+            failed=delta.failed,
+            retried=delta.retried,
+            dead_lettered=delta.dead_lettered,
+            p50_ms=latency.quantile(0.5),
+            p99_ms=latency.quantile(0.99),
+            quota=state.topic.qps,
+            groups=state.topic.groups,
+        )
+
+    def sync_metrics(self, topics: Mapping[TopicRef, TopicState]) -> None:
+        m = self._metrics
+        buffered = in_flight = 0
+        for state in list(topics.values()):
+            delta, _ = _delta(state, self._metric_seen)
+            labels = m.labels(state.ref)
+            for counter, n in (
+                (m.delivered, delta.delivered),
+                (m.failed, delta.failed),
+                (m.retried, delta.retried),
+                (m.dead, delta.dead_lettered),
+            ):
+                if n:
+                    counter.labels(*labels).inc(n)
+            buffered += sum(g.buffered() for g in state.groups.values())
+            in_flight += state.in_flight
+        m.buffered.set(buffered)
+        m.in_flight.set(in_flight)
+
+
+def _delta(state: TopicState, seen: dict[TopicRef, _Seen]) -> tuple[TopicStats, LatencyHistogram]:
+    """What ``state``'s counters gained since the last call with this ``seen`` map."""
+    now = state.stats
+    before = seen.get(state.ref)
+    snapshot = _Seen(replace(now, latency=now.latency.copy()), now.latency.copy())
+    seen[state.ref] = snapshot
+    if before is None:
+        return replace(now, latency=now.latency.copy()), now.latency.copy()
+    b = before.stats
+    delta = TopicStats(
+        now.delivered - b.delivered,
+        now.failed - b.failed,
+        now.retried - b.retried,
+        now.dead_lettered - b.dead_lettered,
+    )
+    return delta, now.latency.minus(before.latency)

@@ -1,0 +1,94 @@
+"""``emq worker``: build a worker from settings and run it until SIGTERM/SIGINT."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import signal
+import socket
+
+from aiohttp import web
+
+from emq.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
+from emq.model import Namespace
+from worker.metrics import WorkerMetrics
+from worker.push import PushExecutor
+from worker.runtime import Worker
+from worker.settings import WorkerSettings
+from worker.ssrf import AddressPolicy, IPNetwork
+
+log = logging.getLogger(__name__)
+
+
+def default_worker_id() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+async def _serve_metrics(
+    metrics: WorkerMetrics, worker: Worker, host: str, port: int
+) -> web.AppRunner:
+    async def healthz(request: web.Request) -> web.Response:
+        return web.json_response(
+            {"status": "ok", "worker": worker.id, "groups": len(worker.groups)}
+        )
+
+    app = web.Application()
+    app.router.add_get("/metrics", metrics.handle)
+    app.router.add_get("/healthz", healthz)
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner
+
+
+async def run_worker(
+    worker_id: str,
+    namespace: Namespace,
+    settings: WorkerSettings,
+    *,
+    queues: QueueBackend,
+    config: ConfigStore,
+    assignment: AssignmentSource,
+    history: HistoryStore | None,
+    allow: tuple[IPNetwork, ...],
+    max_group_qps: int,
+    stop: asyncio.Event | None = None,
+    assignment_task: bool = True,
+) -> None:
+    """Run one worker (the caller owns and closes the backends)."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    async with PushExecutor(settings, AddressPolicy(allow)) as pusher:
+        worker = Worker(
+            worker_id,
+            namespace,
+            settings,
+            queues=queues,
+            config=config,
+            assignment=assignment,
+            pusher=pusher,
+            history=history,
+            max_group_qps=max_group_qps,
+        )
+        runner = None
+        if settings.metrics_port:
+            runner = await _serve_metrics(
+                worker.metrics, worker, settings.metrics_host, settings.metrics_port
+            )
+        follow = (
+            asyncio.create_task(assignment.run())
+            if assignment_task and hasattr(assignment, "run")
+            else None
+        )
+        print(f"emq worker {worker_id} running", flush=True)
+        try:
+            await worker.run(stop)
+        finally:
+            if follow is not None:
+                follow.cancel()
+                await asyncio.gather(follow, return_exceptions=True)
+            if runner is not None:
+                await runner.cleanup()

@@ -1,0 +1,141 @@
+"""What happens after a push: done, retried later, or dead-lettered, durably before it counts.
+
+* 2xx: finished at once.
+* Any other answer, a timeout or a connection failure: attempt ``n`` failed. If the topic's
+  retry policy allows another attempt, the job is re-scheduled in the group's delayed set, due
+  after ``Retry-After`` (429/503 that carry one) or the jittered backoff; otherwise it goes to the
+  group's DLQ with the status, the error and the attempts.
+* Refused by the SSRF guard: straight to the DLQ, never retried.
+
+A job is marked finished (so the checkpoint may pass it) only after its retry or dead letter is
+durably written, with the group's owner epoch: a fenced write means the group now belongs to
+someone else, and the worker drops it. Writes are batched per group and flushed by one task.
+Waiting for quota happens before the push, in the buffers, so it never consumes an attempt.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from emq.errors import BackendUnavailable, Fenced
+from emq.interfaces import DeadLetter, PushResult, QueueBackend, Scheduled
+from emq.model import Envelope
+from worker.groups import Buffered, GroupState
+
+log = logging.getLogger(__name__)
+
+RETRY_AFTER_STATUSES = frozenset({429, 503})
+
+
+@dataclass(slots=True)
+class _Pending:
+    retries: list[tuple[Buffered, Scheduled]] = field(default_factory=list)
+    dead: list[tuple[Buffered, DeadLetter]] = field(default_factory=list)
+
+
+class Outcomes:
+    """Classifies push results and owns the durable writes they need."""
+
+    def __init__(
+        self,
+        queues: QueueBackend,
+        finish: Callable[[GroupState, Buffered], None],
+        drop: Callable[[GroupState, str], None],
+        *,
+        rand: Callable[[], float] = random.random,
+    ) -> None:
+        self._queues = queues
+        self._finish = finish
+        self._drop = drop
+        self._rand = rand
+        self._pending: dict[GroupState, _Pending] = {}
+        self._wakeup = asyncio.Event()
+
+    def pending(self) -> int:
+        return sum(len(p.retries) + len(p.dead) for p in self._pending.values())
+
+    def delivered(self, group: GroupState, item: Buffered, result: PushResult) -> None:
+        stats = group.topic.stats
+        stats.delivered += 1
+        stats.latency.add(result.elapsed_s * 1000)
+        self._finish(group, item)
+
+    def failed(self, group: GroupState, item: Buffered, result: PushResult) -> None:
+        """A non-2xx answer or a transport failure."""
+        env = item.envelope
+        attempts = env.attempt + 1
+        policy = group.topic.topic.retry
+        reason = f"HTTP {result.status}" if result.status else (result.error or "failed")
+        group.topic.stats.failed += 1
+        if attempts >= policy.max_attempts:
+            self.dead(group, item, reason, result.status or None, attempts)
+            return
+        wait = policy.backoff_s(attempts, self._rand())
+        if result.status in RETRY_AFTER_STATUSES and result.retry_after_s is not None:
+            wait = result.retry_after_s
+        again = Envelope(env.id, env.job, env.enqueued_ms, attempts)
+        due = int((time.time() + wait) * 1000)
+        group.topic.stats.retried += 1
+        self._add(group).retries.append((item, Scheduled(item.queue.priority, again.encode(), due)))
+
+    def dead(
+        self, group: GroupState, item: Buffered, error: str, status: int | None, attempts: int
+    ) -> None:
+        letter = DeadLetter(
+            "",
+            item.queue.priority,
+            item.envelope.encode(),
+            error,
+            status,
+            attempts,
+            int(time.time() * 1000),
+        )
+        group.topic.stats.dead_lettered += 1
+        self._add(group).dead.append((item, letter))
+
+    def _add(self, group: GroupState) -> _Pending:
+        pending = self._pending.get(group)
+        if pending is None:
+            pending = self._pending[group] = _Pending()
+        self._wakeup.set()
+        return pending
+
+    async def run(self, interval_s: float = 0.02) -> None:
+        """Flush pending writes as they come (at most every ``interval_s``)."""
+        while True:
+            await self._wakeup.wait()
+            self._wakeup.clear()
+            await self.flush()
+            await asyncio.sleep(interval_s)
+
+    async def flush(self) -> None:
+        """Write every pending retry and dead letter; failed writes stay pending."""
+        batch, self._pending = self._pending, {}
+        if batch:
+            await asyncio.gather(*(self._write(g, p) for g, p in batch.items()))
+
+    async def _write(self, group: GroupState, pending: _Pending) -> None:
+        try:
+            if pending.retries:
+                await self._queues.schedule(group.ref, group.epoch, [s for _, s in pending.retries])
+                for item, _ in pending.retries:
+                    self._finish(group, item)
+                pending.retries = []
+            if pending.dead:
+                await self._queues.dead_letter(group.ref, group.epoch, [d for _, d in pending.dead])
+                for item, _ in pending.dead:
+                    self._finish(group, item)
+                pending.dead = []
+        except Fenced as e:
+            self._drop(group, f"fenced while writing retries: {e}")
+        except BackendUnavailable as e:
+            log.warning("retries of %s not written yet (%s); will try again", group.ref, e)
+            merged = self._add(group)
+            merged.retries[:0] = pending.retries
+            merged.dead[:0] = pending.dead
+            await asyncio.sleep(0.5)

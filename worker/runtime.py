@@ -1,0 +1,389 @@
+"""The worker process: ownership, the task set and its lifecycle.
+
+States of a group on this worker::
+
+    (assigned) --claim(epoch) ok--> OWNED --released / re-assigned--> RELEASING --> (gone)
+                     | Fenced                | a fenced write
+                     v                       v
+                 (skipped)               DROPPED (buffers forgotten, nothing written)
+
+Tasks: topic watch, assignment follower, fetcher (+ ready-signal listener, due-job promoter,
+sweeper), dispatcher, a fixed pool of senders, the outcome writer, the checkpointer, the history
+recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
+drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
+pending retries and the final checkpoint (shielded), release every group.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Coroutine, Mapping
+from typing import Any
+
+from capacity import split_quota
+from emq.errors import BackendUnavailable, DestinationRefused, Fenced
+from emq.interfaces import (
+    AssignmentSource,
+    ConfigStore,
+    HistoryStore,
+    OwnedGroups,
+    Pusher,
+    PushRequest,
+    QueueBackend,
+)
+from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
+from worker.dispatch import Dispatcher
+from worker.fetch import Fetcher
+from worker.groups import Buffered, GroupState, TopicState
+from worker.history import HistoryRecorder
+from worker.metrics import WorkerMetrics
+from worker.outcomes import Outcomes
+from worker.settings import WorkerSettings
+from worker.signing import signature_headers
+
+log = logging.getLogger(__name__)
+
+CLAIM_CONCURRENCY = 64
+TRIM_EVERY = 10  # checkpoints
+
+
+class Worker:
+    def __init__(
+        self,
+        worker_id: str,
+        namespace: Namespace,
+        settings: WorkerSettings,
+        *,
+        queues: QueueBackend,
+        config: ConfigStore,
+        assignment: AssignmentSource,
+        pusher: Pusher,
+        history: HistoryStore | None = None,
+        max_group_qps: int = 150,
+    ) -> None:
+        self.id = worker_id
+        self.namespace = namespace
+        self.settings = settings
+        self.queues = queues
+        self.config = config
+        self.assignment = assignment
+        self.pusher = pusher
+        self.max_group_qps = max_group_qps
+        self.topics: dict[TopicRef, TopicState] = {}
+        self.groups: dict[str, GroupState] = {}
+        self.metrics = WorkerMetrics()
+        self.dispatcher = Dispatcher(self._send, settings.tick_s)
+        self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs)
+        self.outcomes = Outcomes(queues, self._finish, self._drop)
+        self.recorder = HistoryRecorder(
+            worker_id, settings.history_interval_s, history, self.metrics
+        )
+        self._sends: asyncio.Queue[tuple[GroupState, Buffered]] = asyncio.Queue()
+        self._dirty: dict[QueueRef, GroupState] = {}
+        self._topics_ready = asyncio.Event()
+        self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._checkpoints = 0
+        self.owned_generation = -1
+
+    # ------------------------------------------------------------------ lifecycle
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Run until ``stop`` is set, then shut down gracefully."""
+        log.info("worker %s starting (namespace %s)", self.id, self.namespace.value)
+        self._start("topics", self._watch_topics())
+        self._start("assignment", self._follow_assignment())
+        self._start("fetch", self.fetcher.run())
+        self._start("signals", self.fetcher.listen())
+        self._start("promote", self.fetcher.promote())
+        self._start("sweep", self.fetcher.sweep())
+        self._start("dispatch", self._dispatch_loop())
+        for i in range(self.settings.senders):
+            self._start(f"sender-{i}", self._sender())
+        self._start("outcomes", self.outcomes.run())
+        self._start("checkpoint", self._checkpoint_loop())
+        self._start("history", self.recorder.run(self.topics))
+        self._start("loop-lag", self.metrics.measure_loop_lag())
+        failed = asyncio.ensure_future(self._first_failure())
+        stopped = asyncio.ensure_future(stop.wait())
+        await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        try:
+            await self.shutdown()
+        finally:
+            error = failed.result() if failed.done() and not failed.cancelled() else None
+            failed.cancel()
+        if error is not None:
+            raise error
+
+    def _start(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
+        self._tasks[name] = asyncio.create_task(coro, name=f"emq-worker-{name}")
+
+    async def _first_failure(self) -> BaseException | None:
+        """Wait until a task dies unexpectedly; a worker with a dead task must not limp on."""
+        done, _ = await asyncio.wait(set(self._tasks.values()), return_when=asyncio.FIRST_EXCEPTION)
+        for task in done:
+            if not task.cancelled() and task.exception() is not None:
+                log.error("worker task %s failed", task.get_name(), exc_info=task.exception())
+                return task.exception()
+        return None
+
+    async def _cancel(self, *names: str) -> None:
+        tasks = [self._tasks.pop(n) for n in names if n in self._tasks]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def shutdown(self) -> None:
+        grace = self.settings.shutdown_grace_s
+        deadline = time.monotonic() + grace
+        log.info("worker %s stopping: draining buffers for up to %.1f s", self.id, grace)
+        await self._cancel("topics", "assignment", "fetch", "signals", "promote", "sweep")
+        while self._buffered() and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        await self._cancel("dispatch")
+        for g in self.groups.values():
+            g.drop_buffers()
+        while (self._sends.qsize() or self._in_flight()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await self._cancel(*[n for n in self._tasks if n.startswith("sender-")])
+        await asyncio.shield(self._final_writes())
+        await self._cancel(*list(self._tasks))
+
+    async def _final_writes(self) -> None:
+        try:
+            await self.outcomes.flush()
+            await self.checkpoint()
+            await self.recorder.flush(self.topics)
+        except BackendUnavailable as e:
+            log.warning(
+                "final checkpoint not written (%s): entries after it will be redelivered", e
+            )
+        for g in list(self.groups.values()):
+            await self.assignment.release(g.ref, g.epoch)
+        log.info("worker %s stopped", self.id)
+
+    def _buffered(self) -> int:
+        return sum(g.buffered() for g in self.groups.values() if not g.topic.topic.paused)
+
+    def _in_flight(self) -> int:
+        return sum(t.in_flight for t in self.topics.values())
+
+    # ------------------------------------------------------------------ configuration
+
+    async def _watch_topics(self) -> None:
+        async for topics in self.config.watch_topics(self.namespace):
+            self.apply_topics(topics)
+            self._topics_ready.set()
+
+    def apply_topics(self, topics: Mapping[TopicRef, Topic]) -> None:
+        """Take a new topic map: quotas, pauses and priority modes apply at once."""
+        for ref, topic in topics.items():
+            state = self.topics.get(ref)
+            if state is None:
+                self.topics[ref] = TopicState(topic)
+                continue
+            old, state.topic = state.topic, topic
+            if (old.qps, old.groups, old.priority_mode) != (
+                topic.qps,
+                topic.groups,
+                topic.priority_mode,
+            ):
+                quotas = split_quota(topic.qps, self._cap(topic), groups=topic.groups)
+                for g in state.groups.values():
+                    g.reconfigure(quotas[g.ref.index])
+                log.info("topic %s: quota %d QPS over %d groups", ref, topic.qps, topic.groups)
+            if old.paused != topic.paused:
+                log.info("topic %s %s", ref, "paused" if topic.paused else "resumed")
+                now = time.monotonic()
+                for g in state.groups.values():
+                    self.dispatcher.wake(g, now)
+
+    def _cap(self, topic: Topic) -> int:
+        return max(self.max_group_qps, -(-topic.qps // topic.groups))
+
+    # ------------------------------------------------------------------ ownership
+
+    async def _follow_assignment(self) -> None:
+        await self._topics_ready.wait()
+        async for owned in self.assignment.updates():
+            await self.apply_assignment(owned)
+
+    async def apply_assignment(self, owned: OwnedGroups) -> None:
+        wanted = dict(owned.groups)
+        current = {g.ref: g for g in self.groups.values()}
+        for ref, g in current.items():
+            if wanted.get(ref) != g.epoch:
+                await self._release(g)
+        limit = asyncio.Semaphore(CLAIM_CONCURRENCY)
+        new = [
+            (ref, e) for ref, e in wanted.items() if ref not in current or current[ref].epoch != e
+        ]
+        await asyncio.gather(*(self._claim(ref, epoch, limit) for ref, epoch in new))
+        self.owned_generation = owned.generation
+        self.metrics.groups.set(len(self.groups))
+        log.info(
+            "worker %s owns %d groups (generation %d)", self.id, len(self.groups), owned.generation
+        )
+
+    async def _claim(self, ref: GroupRef, epoch: int, limit: asyncio.Semaphore) -> None:
+        topic = self.topics.get(ref.topic)
+        if topic is None:
+            log.warning("assigned %s of an unknown topic; skipped until the topic is known", ref)
+            return
+        async with limit:
+            try:
+                await self.queues.claim(ref, epoch)
+            except Fenced as e:
+                log.warning("not claiming %s: %s", ref, e)
+                return
+            checkpoints = list(
+                await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues()))
+            )
+        quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
+        group = GroupState(
+            ref, epoch, topic, quota[ref.index] if ref.index < len(quota) else 1, checkpoints
+        )
+        topic.groups[ref.index] = group
+        self.groups[str(ref)] = group
+        self.fetcher.signal(group)
+
+    async def _release(self, group: GroupState) -> None:
+        """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
+        group.stopped = True
+        group.drop_buffers()
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        while group.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await self.outcomes.flush()
+        try:
+            await self._write_checkpoints([group])
+        except BackendUnavailable as e:
+            log.warning("final checkpoint of %s not written (%s)", group.ref, e)
+        self._forget(group)
+        await self.assignment.release(group.ref, group.epoch)
+        log.info("released %s (epoch %d)", group.ref, group.epoch)
+
+    def _forget(self, group: GroupState) -> None:
+        group.stopped = group.dropped = True
+        group.drop_buffers()
+        if self.groups.get(str(group.ref)) is group:
+            del self.groups[str(group.ref)]
+        if group.topic.groups.get(group.ref.index) is group:
+            del group.topic.groups[group.ref.index]
+
+    def _drop(self, group: GroupState, reason: str) -> None:
+        """A newer owner fenced us: stop touching the group at once and write nothing more."""
+        if not group.dropped:
+            log.warning("dropping %s: %s", group.ref, reason)
+            self._forget(group)
+            for q in group.queues():
+                self._dirty.pop(q, None)
+
+    # ------------------------------------------------------------------ the hot path
+
+    def _on_jobs(self, group: GroupState) -> None:
+        self.dispatcher.wake(group, time.monotonic())
+
+    def _send(self, group: GroupState, item: Buffered) -> None:
+        group.topic.in_flight += 1
+        group.in_flight += 1
+        self._sends.put_nowait((group, item))
+        self.fetcher.want(group)
+
+    async def _dispatch_loop(self) -> None:
+        tick = self.settings.tick_s
+        limit = self.settings.senders
+        while True:
+            budget = limit - self._sends.qsize()
+            if budget > 0:
+                self.dispatcher.dispatch(budget, time.time(), time.monotonic())
+            await asyncio.sleep(tick)
+
+    async def _sender(self) -> None:
+        sends = self._sends
+        while True:
+            group, item = await sends.get()
+            try:
+                await self._push(group, item)
+            finally:
+                group.topic.in_flight -= 1
+                group.in_flight -= 1
+
+    async def _push(self, group: GroupState, item: Buffered) -> None:
+        env = item.envelope
+        job = env.job
+        topic = group.topic.topic
+        body = job.body if job.body is not None else ""
+        headers = dict(job.headers)
+        headers |= (
+            signature_headers(topic.secret, env.id, time.time(), body) if topic.secret else {}
+        )
+        request = PushRequest(
+            job.url,
+            job.method.value,
+            headers,
+            job.body.encode() if job.body is not None else None,
+            str(topic.ref),
+        )
+        try:
+            result = await self.pusher.push(request)
+        except DestinationRefused as e:
+            if not group.dropped:
+                self.outcomes.dead(group, item, e.message, None, env.attempt + 1)
+            return
+        if group.dropped:
+            return  # no longer ours: the new owner delivers it again from its checkpoint
+        if 200 <= result.status < 300:
+            self.outcomes.delivered(group, item, result)
+        else:
+            self.outcomes.failed(group, item, result)
+
+    def _finish(self, group: GroupState, item: Buffered) -> None:
+        if not group.dropped:
+            group.progress[item.queue].finished(item.offset)
+            self._dirty[item.queue] = group
+
+    # ------------------------------------------------------------------ checkpoints
+
+    async def _checkpoint_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.checkpoint_interval_s)
+            try:
+                await self.checkpoint()
+            except BackendUnavailable as e:
+                log.warning("checkpoint failed (%s); will retry", e)
+
+    async def checkpoint(self) -> None:
+        """Write the committable offset of every queue that moved (one round trip)."""
+        groups = {g for g in self._dirty.values() if not g.dropped}
+        self._dirty = {}
+        await self._write_checkpoints(list(groups))
+
+    async def _write_checkpoints(self, groups: list[GroupState]) -> None:
+        items = []
+        for g in groups:
+            for q, p in g.progress.items():
+                p.committable()
+                items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
+        if not items:
+            return
+        try:
+            fenced = await self.queues.write_checkpoints(items)
+        except BackendUnavailable:
+            for g in groups:
+                for q in g.queues():
+                    self._dirty[q] = g
+            raise
+        self._drop_fenced(fenced, "fenced at checkpoint")
+        self._checkpoints += 1
+        if self.settings.retain_entries >= 0 and self._checkpoints % TRIM_EVERY == 0:
+            trims = [(q, e, self.settings.retain_entries) for q, _, e in items]
+            self._drop_fenced(await self.queues.trim_many(trims), "fenced at trim")
+
+    def _drop_fenced(self, refs: set[GroupRef], reason: str) -> None:
+        for ref in refs:
+            group = self.groups.get(str(ref))
+            if group is not None:
+                self._drop(group, reason)
