@@ -8,7 +8,8 @@ per write). Export regularly (hourly) to keep everything; the planner reads the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import AsyncIterator, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
@@ -27,7 +28,7 @@ def _encode(row: HistoryRow) -> dict[str, str]:
     return {name: str(getattr(row, name)) for name in _FIELDS}
 
 
-def _decode(fields: dict[bytes, bytes]) -> HistoryRow:
+def _decode(fields: Mapping[Any, Any]) -> HistoryRow:
     values: dict[str, Any] = {}
     for name in _FIELDS:
         raw = fields.get(name.encode())
@@ -52,6 +53,7 @@ class RedisHistoryStore(HistoryStore):
     ) -> None:
         self._client = client
         self._key = keys.history_log()
+        self._rates = keys.rates()
         self._max_rows = max_rows
         self._owns = owns_client
 
@@ -77,15 +79,44 @@ class RedisHistoryStore(HistoryStore):
                 raise BackendUnavailable(f"redis unavailable while reading history: {e}") from e
             if not entries:
                 return
-            rows = [_decode(fields) for _, fields in entries]
+            rows = [_decode(fields or {}) for _, fields in entries]
             if since_s is not None:
                 rows = [r for r in rows if r.interval_start >= since_s]
             if rows:
                 yield rows
-            last = entries[-1][0].decode()
+            last = entries[-1][0]
+            last = last.decode() if isinstance(last, bytes) else str(last)
             cursor = "(" + last
             if len(entries) < batch:
                 return
+
+    async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
+        if not rates:
+            return
+        now = f"{time.time():.3f}"
+        mapping = {f"{topic}|{source}": f"{rate:.3f} {now}" for topic, rate in rates.items()}
+        try:
+            await self._client.hset(self._rates, mapping=mapping)  # type: ignore[arg-type]
+        except _UNAVAILABLE as e:
+            raise BackendUnavailable(f"redis unavailable while publishing rates: {e}") from e
+
+    async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
+        """Sums fresh entries; entries older than a minute (gone workers) are deleted."""
+        total, stale = 0.0, []
+        now = time.time()
+        try:
+            async for field, value in self._client.hscan_iter(self._rates, match=f"{topic}|*"):
+                rate_text, _, stamp = value.decode().partition(" ")
+                age = now - float(stamp or 0)
+                if age <= max_age_s:
+                    total += float(rate_text)
+                elif age > 60:
+                    stale.append(field)
+            if stale:
+                await self._client.hdel(self._rates, *stale)
+        except _UNAVAILABLE as e:
+            raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
+        return round(total, 3)
 
     async def aclose(self) -> None:
         if self._owns:
@@ -95,6 +126,19 @@ class RedisHistoryStore(HistoryStore):
 class MemoryHistoryStore(HistoryStore):
     def __init__(self) -> None:
         self.rows: list[HistoryRow] = []
+        self._rates: dict[tuple[str, str], tuple[float, float]] = {}
+
+    async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
+        now = time.time()
+        for topic, rate in rates.items():
+            self._rates[(topic, source)] = (rate, now)
+
+    async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
+        now = time.time()
+        fresh = [
+            r for (t, _), (r, at) in self._rates.items() if t == topic and now - at <= max_age_s
+        ]
+        return round(sum(fresh), 3)
 
     async def record(self, rows: Sequence[HistoryRow]) -> None:
         self.rows.extend(rows)

@@ -395,3 +395,11 @@ class HistoryStore(AsyncResource):
         self, since_s: int | None = None, batch: int = 10_000
     ) -> AsyncIterator[list[HistoryRow]]:
         """Yield the recorded rows, oldest first, in batches."""
+
+    @abc.abstractmethod
+    async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
+        """Publish ``source``'s current delivered/s per topic (``str(TopicRef)``)."""
+
+    @abc.abstractmethod
+    async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
+        """Delivered/s of a topic: the sum over sources that published within ``max_age_s``."""

@@ -96,6 +96,10 @@ class RedisKeys:
         """
         return f"{self.prefix}:due"
 
+    def rates(self) -> str:
+        """Current delivered/s per topic and worker, for 'show topic'."""
+        return f"{self.prefix}:rates"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

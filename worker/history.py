@@ -40,6 +40,8 @@ class HistoryRecorder:
         self._metrics = metrics
         self._seen: dict[TopicRef, _Seen] = {}
         self._metric_seen: dict[TopicRef, _Seen] = {}
+        self._rates: dict[str, float] = {}
+        self._last_sync = time.monotonic()
 
     async def run(self, topics: Mapping[TopicRef, TopicState]) -> None:
         next_metrics = time.monotonic()
@@ -50,6 +52,7 @@ class HistoryRecorder:
                 await asyncio.sleep(min(1.0, max(0.0, boundary - time.time())))
                 if time.monotonic() >= next_metrics:
                     self.sync_metrics(topics)
+                    await self._publish_rates()
                     next_metrics = time.monotonic() + 1.0
             await self.flush(topics, boundary - self._interval)
 
@@ -66,6 +69,14 @@ class HistoryRecorder:
                 await self._store.record(rows)
             except BackendUnavailable as e:
                 log.warning("history of %d topics not recorded (%s)", len(rows), e)
+
+    async def _publish_rates(self) -> None:
+        if self._store is None or not self._rates:
+            return
+        try:
+            await self._store.publish_rates(self._source, self._rates)
+        except BackendUnavailable as e:
+            log.warning("rates not published (%s)", e)
 
     def _row(self, state: TopicState, interval_start: int) -> HistoryRow | None:
         delta, latency = _delta(state, self._seen)
@@ -92,10 +103,15 @@ class HistoryRecorder:
         )
 
     def sync_metrics(self, topics: Mapping[TopicRef, TopicState]) -> None:
+        """Move the Prometheus counters forward; note delivered/s per topic for publishing."""
         m = self._metrics
         buffered = in_flight = 0
+        now = time.monotonic()
+        elapsed = max(1e-3, now - self._last_sync)
+        self._last_sync = now
         for state in list(topics.values()):
             delta, _ = _delta(state, self._metric_seen)
+            self._rates[str(state.ref)] = delta.delivered / elapsed
             labels = m.labels(state.ref)
             for counter, n in (
                 (m.delivered, delta.delivered),

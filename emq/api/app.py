@@ -34,11 +34,12 @@ from aiohttp import web
 from capacity import group_count, split_quota
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.errors import error_middleware
+from emq.api.history import EnqueueHistory
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.errors import BackendUnavailable, InvalidInput, MalformedRequest, PayloadTooLarge
-from emq.interfaces import ConfigStore, DeadLetter, QueueBackend
+from emq.interfaces import ConfigStore, DeadLetter, HistoryStore, QueueBackend
 from emq.model import (
     MAX_TOPIC_QPS,
     Envelope,
@@ -63,6 +64,7 @@ class ApiSettings:
     max_body_bytes: int = 256 * 1024
     backlog_refresh_s: float = 1.0
     shutdown_grace_s: float = 10.0
+    history_interval_s: float = 10.0
 
 
 TOPIC_FIELDS = frozenset(
@@ -109,8 +111,11 @@ class Api:
         config: ConfigStore,
         queues: QueueBackend,
         metrics: ApiMetrics,
+        history: HistoryStore | None = None,
     ) -> None:
         self.settings = settings
+        self.history = history
+        self.enqueue_history = EnqueueHistory(history, api.history_interval_s) if history else None
         self.api = api
         self.config = config
         self.queues = queues
@@ -218,7 +223,8 @@ class Api:
         await self.auth.tenant_or_admin(request, ref.tenant)
         topic = await self.config.get_topic(ref)
         numbers = await topic_backlog(self.queues, topic)
-        return web.json_response(self.view(topic) | numbers)
+        rate = await self.history.rate(str(ref)) if self.history is not None else None
+        return web.json_response(self.view(topic) | numbers | {"delivered_per_s": rate})
 
     async def patch_topic(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
@@ -276,7 +282,10 @@ class Api:
         else:
             jobs = [body]
         accepted = await self.enqueuer.enqueue(ref, jobs, batch=batch)
-        self.metrics.accepted(ref, len(accepted.ids) - accepted.duplicates, accepted.duplicates)
+        stored = len(accepted.ids) - accepted.duplicates
+        self.metrics.accepted(ref, stored, accepted.duplicates)
+        if self.enqueue_history is not None and stored:
+            self.enqueue_history.add(await self.config.get_topic(ref), stored)
         return web.json_response(
             {"ids": accepted.ids, "duplicates": accepted.duplicates}, status=202
         )
@@ -392,16 +401,22 @@ API_KEY = web.AppKey("emq_api", Api)
 
 
 def make_app(
-    settings: Settings, api: ApiSettings, config: ConfigStore, queues: QueueBackend
+    settings: Settings,
+    api: ApiSettings,
+    config: ConfigStore,
+    queues: QueueBackend,
+    history: HistoryStore | None = None,
 ) -> web.Application:
-    """The aiohttp application; the caller owns ``config`` and ``queues`` and closes them."""
+    """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
-    handlers = Api(settings, api, config, queues, metrics)
+    handlers = Api(settings, api, config, queues, metrics, history)
     app = web.Application(
         client_max_size=api.max_request_bytes,
         middlewares=[metrics.middleware, error_middleware],
     )
     app[API_KEY] = handlers
+    if handlers.enqueue_history is not None:
+        app.cleanup_ctx.append(handlers.enqueue_history.context)
     topic = "/v1/tenants/{tenant}/topics/{topic}"
     app.router.add_routes(
         [

@@ -12,8 +12,8 @@ from aiohttp.test_utils import TestClient, TestServer
 from kazoo.client import KazooClient
 
 from emq.api import ApiSettings, make_app
-from emq.compose import open_config, open_queues
-from emq.interfaces import ConfigStore, QueueBackend
+from emq.compose import open_config, open_history, open_queues
+from emq.interfaces import ConfigStore, HistoryStore, QueueBackend
 from emq.settings import Settings
 
 ADMIN = {"Authorization": "Bearer test-admin-token"}
@@ -25,6 +25,7 @@ class Api:
     queues: QueueBackend
     config: ConfigStore
     settings: Settings
+    history: HistoryStore | None = None
 
     async def tenant(self, name: str) -> dict[str, str]:
         """Create a tenant; returns the headers that authenticate as it."""
@@ -43,9 +44,14 @@ class Api:
 
 
 async def serve(
-    settings: Settings, queues: QueueBackend, config: ConfigStore, api: ApiSettings | None = None
+    settings: Settings,
+    queues: QueueBackend,
+    config: ConfigStore,
+    api: ApiSettings | None = None,
+    history: HistoryStore | None = None,
 ) -> TestClient:
-    client = TestClient(TestServer(make_app(settings, api or ApiSettings(), config, queues)))
+    app = make_app(settings, api or ApiSettings(), config, queues, history)
+    client = TestClient(TestServer(app))
     await client.start_server()
     return client
 
@@ -54,9 +60,11 @@ async def serve(
 async def api(settings: Settings) -> AsyncIterator[Api]:
     queues = await open_queues(settings)
     config = await open_config(settings)
-    client = await serve(settings, queues, config)
-    yield Api(client, queues, config, settings)
+    history = open_history(settings)
+    client = await serve(settings, queues, config, ApiSettings(history_interval_s=1), history)
+    yield Api(client, queues, config, settings, history)
     await client.close()
+    await history.aclose()
     await config.aclose()
     await queues.aclose()
 
@@ -66,7 +74,10 @@ def snapshot(redis_client: aioredis.Redis, zk_client: KazooClient, test_id: str)
     """A callable returning everything this test stored: Redis keys with values, ZooKeeper tree."""
 
     async def take() -> tuple[dict[bytes, bytes], dict[str, bytes]]:
+        # Telemetry (history rows, rates) is written on a timer, not by the request under test.
+        telemetry = {f"{test_id}:history".encode(), f"{test_id}:rates".encode()}
         keys = sorted([k async for k in redis_client.scan_iter(match=f"{test_id}:*")])
+        keys = [k for k in keys if k not in telemetry]
         values = {k: await redis_client.dump(k) for k in keys}
         tree: dict[str, bytes] = {}
 

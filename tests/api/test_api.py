@@ -7,6 +7,7 @@ import hashlib
 import json
 import time
 from collections import Counter
+from typing import Any
 
 from kazoo.client import KazooClient
 
@@ -226,3 +227,24 @@ async def test_many_topics_and_requests_at_once(api: Api) -> None:
             await api.client.get(f"/v1/tenants/acme/topics/t{i}", headers=headers)
         ).json()
         assert shown["backlog"]["medium"] == 200
+
+
+async def test_show_reports_delivered_rate_and_enqueues_are_recorded(api: Api) -> None:
+    assert api.history is not None
+    headers = await api.tenant("acme")
+    await api.topic("acme", "orders", 100)
+    await api.client.post(
+        "/v1/tenants/acme/topics/orders/jobs", json={"jobs": [JOB] * 7}, headers=headers
+    )
+    await api.history.publish_rates("w1", {"online/acme/orders": 40.5, "online/acme/other": 9.0})
+    await api.history.publish_rates("w2", {"online/acme/orders": 2.0})
+    shown = await (await api.client.get("/v1/tenants/acme/topics/orders", headers=headers)).json()
+    assert shown["delivered_per_s"] == 42.5
+    rows: list[Any] = []
+    for _ in range(40):
+        rows = [r for b in [b async for b in api.history.read()] for r in b if r.source == "api"]
+        if rows:
+            break
+        await asyncio.sleep(0.1)
+    assert sum(r.enqueued for r in rows) == 7
+    assert rows[0].topic == "orders" and rows[0].quota == 100 and rows[0].groups == 1
