@@ -8,8 +8,8 @@ A counter alone lets the whole quota go at the start of each second (or at once 
 group wakes mid-second), and a receiver counting over windows that straddle two seconds then
 sees far more than the quota (a prototype measured 1.21x). So grants are also paced by a token
 bucket filling at ``qps`` per second and holding at most ``burst = 1 + qps * burst_s`` (one
-whole token plus what accrues during one dispatcher tick, so a slow quota loses nothing to the
-cap between ticks). Any
+whole token plus ``burst_s``, 30 ms by default, of accrual: enough that a slow quota loses
+nothing between ticks and a dispatcher late by a few tens of milliseconds loses no budget). Any
 one-second window, aligned with the wall clock or not, then holds at most ``qps + burst`` sends,
 each wall-clock second at most ``qps``, and a backlogged group still gets its full quota.
 """
@@ -24,7 +24,7 @@ class QpsCounter:
 
     __slots__ = ("_second", "_stamp", "_tokens", "_used", "burst_s", "qps")
 
-    def __init__(self, qps: int, *, burst_s: float = 0.01) -> None:
+    def __init__(self, qps: int, *, burst_s: float = 0.03) -> None:
         self.qps = qps
         self.burst_s = burst_s
         self._second = -1

@@ -43,7 +43,7 @@ def test_any_one_second_window_stays_near_the_quota(
     qps: int, start: float, jitter: list[float]
 ) -> None:
     sends = _simulate(qps, 0.01, 5.0, start, jitter)
-    assert _max_window(sends) <= qps + 1 + qps * 0.01
+    assert _max_window(sends) <= qps + 1 + qps * 0.03  # the default burst
     assert max(Counter(math.floor(t) for t in sends).values()) <= qps
 
 
@@ -58,14 +58,14 @@ def test_a_backlogged_group_gets_its_quota_every_wall_clock_second(qps: int, sta
 
 
 def test_an_idle_group_waking_mid_second_gets_no_burst() -> None:
-    c = QpsCounter(150)
+    c = QpsCounter(150, burst_s=0.01)
     assert c.reserve(1000, 100.5) == 2  # one burst's worth (2.5 tokens), not half the quota
     assert c.reserve(1000, 100.6) == 2
     assert c.reserve(1000, 100.61) == 2  # 0.5 left + 1.5 accrued
 
 
 def test_rollback_returns_the_budget() -> None:
-    c = QpsCounter(100)  # burst 2 tokens
+    c = QpsCounter(100, burst_s=0.01)  # burst 2 tokens
     assert c.reserve(5, 10.0) == 2
     assert c.available(10.0) == 0
     c.rollback(1, 10.0)

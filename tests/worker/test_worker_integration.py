@@ -197,10 +197,10 @@ async def test_pause_and_quota_changes_apply_within_two_seconds(
     assert len(sink.of("c")) == frozen
     await stack.update("c", paused=False, qps=150)
     changed = time.time()
-    await asyncio.sleep(4.5)
-    late = [d for d in sink.of("c") if d.at >= changed + 2.0]
+    await asyncio.sleep(6.0)
     per_second = full_seconds({s: n for s, n in sink.per_second("c").items() if s >= changed + 2})
-    assert late and per_second and min(per_second) >= 140, per_second
+    assert len(per_second) >= 2, sink.per_second("c")
+    assert min(per_second) >= 140, per_second
 
 
 async def test_history_is_recorded(stack: Stack, sink: Sink, worker_process: Any) -> None:
