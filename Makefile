@@ -5,7 +5,8 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install os-deps test lint typecheck clean
+.PHONY: install os-deps test demo lint typecheck clean
+DEMO_ARGS ?= --duration 60
 
 install: os-deps $(STAMP)
 
@@ -21,6 +22,9 @@ $(STAMP): pyproject.toml
 test: install
 	$(VENV)/bin/ruff check .
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+demo: install
+	$(VENV)/bin/emq demo $(DEMO_ARGS)
 
 lint: install
 	$(VENV)/bin/ruff check .

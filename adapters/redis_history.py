@@ -118,6 +118,20 @@ class RedisHistoryStore(HistoryStore):
             raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
         return round(total, 3)
 
+    async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
+        """Every fresh ``topic|source`` entry, by source (one HSCAN of the rates hash)."""
+        out: dict[str, dict[str, float]] = {}
+        now = time.time()
+        try:
+            async for field, value in self._client.hscan_iter(self._rates):
+                topic, _, source = field.decode().rpartition("|")
+                rate_text, _, stamp = value.decode().partition(" ")
+                if now - float(stamp or 0) <= max_age_s:
+                    out.setdefault(source, {})[topic] = float(rate_text)
+        except _UNAVAILABLE as e:
+            raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
+        return out
+
     async def aclose(self) -> None:
         if self._owns:
             await self._client.aclose()
@@ -139,6 +153,14 @@ class MemoryHistoryStore(HistoryStore):
             r for (t, _), (r, at) in self._rates.items() if t == topic and now - at <= max_age_s
         ]
         return round(sum(fresh), 3)
+
+    async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
+        now = time.time()
+        out: dict[str, dict[str, float]] = {}
+        for (topic, source), (rate, at) in self._rates.items():
+            if now - at <= max_age_s:
+                out.setdefault(source, {})[topic] = rate
+        return out
 
     async def record(self, rows: Sequence[HistoryRow]) -> None:
         self.rows.extend(rows)

@@ -110,14 +110,19 @@ _PUT_APPENDED, _PUT_DUPLICATE, _PUT_DELAYED = 0, 1, 2
 
 READY_MAXLEN = 100_000  # signals kept (approximately): a worker further behind relies on its sweep
 _BATCH_ITEMS = 500  # items per batch script: bounds how long one script holds the server
+_READ_QUEUES = 128  # queues per READ script (each up to a fetch's count of entries)
 _KEY_CACHE_MAX = 50_000  # queues whose batch-script keys are cached (a worker owns far fewer)
 _BLOCK_GRACE_S = 2.0  # a blocking read not answered this long after its BLOCK time: server hung
+# redis-py 8 (unlike 5) caps a client's pool at 100 connections and fails the next concurrent
+# command with MaxConnectionsError (a ConnectionError: it would read as "Redis unavailable"). A
+# worker claims 64 groups at a time with four round trips each, so the cap is Redis's own
+# default ``maxclients`` instead, as it was with redis-py 5.
+DEFAULT_MAX_CONNECTIONS = 10_000
 
 
 def _offset(raw: bytes | str) -> Offset:
     """A stream id as an :class:`Offset` (faster than ``Offset.parse``: ids are well formed)."""
-    text = raw.decode() if isinstance(raw, bytes) else raw
-    ms, _, seq = text.partition("-")
+    ms, _, seq = raw.partition(b"-") if isinstance(raw, bytes) else raw.partition("-")
     return Offset(int(ms), int(seq))
 
 
@@ -173,6 +178,7 @@ class RedisQueueBackend(QueueBackend):
         self._closed = False
         register = client.register_script
         self._append = register(lua.APPEND)
+        self._read = register(lua.READ)
         self._put = register(lua.PUT)
         self._claim = register(lua.CLAIM)
         self._write_checkpoint = register(lua.WRITE_CHECKPOINT)
@@ -187,6 +193,7 @@ class RedisQueueBackend(QueueBackend):
         self._replay = register(lua.REPLAY_DEAD)
         self._scripts = (
             self._append,
+            self._read,
             self._put,
             self._claim,
             self._write_checkpoint,
@@ -339,17 +346,24 @@ class RedisQueueBackend(QueueBackend):
     async def read(
         self, requests: Mapping[QueueRef, Offset], count: int
     ) -> dict[QueueRef, list[Entry]]:
+        """One READ script per Cluster slot and :data:`_READ_QUEUES` queues (see the script)."""
         if count <= 0:
             return {}
-        queues = list(requests)
+        chunks = self._per_slot(requests, lambda q: self._queue_keys(q).slot, _READ_QUEUES)
         commands = [
-            ("XRANGE", self._keys.stream(q), f"({requests[q]}", "+", "COUNT", count) for q in queues
+            self._eval(
+                self._read,
+                [self._queue_keys(q).stream for q in chunk],
+                (count, *[str(requests[q]) for q in chunk]),
+            )
+            for chunk in chunks
         ]
         replies = await self._pipeline(commands, "read")
         out: dict[QueueRef, list[Entry]] = {}
-        for queue, entries in zip(queues, replies, strict=True):
-            if entries:
-                out[queue] = [Entry(_offset(id_), fields[b"d"]) for id_, fields in entries]
+        for chunk, reply in zip(chunks, replies, strict=True):
+            for queue, flat in zip(chunk, reply, strict=True):
+                if flat:
+                    out[queue] = _entries(queue, flat)
         return out
 
     async def backlog(self, queues: Sequence[QueueRef]) -> list[int]:
@@ -529,15 +543,17 @@ class RedisQueueBackend(QueueBackend):
             for n in reply
         }
 
-    def _per_slot(self, items: Iterable[_T], slot: Callable[[_T], int]) -> list[list[_T]]:
-        """``items`` gathered per Cluster slot, in order, in chunks of 500."""
+    def _per_slot(
+        self, items: Iterable[_T], slot: Callable[[_T], int], size: int = _BATCH_ITEMS
+    ) -> list[list[_T]]:
+        """``items`` gathered per Cluster slot, in order, in chunks of ``size``."""
         per_slot: dict[int, list[_T]] = {}
         for item in items:
             per_slot.setdefault(slot(item), []).append(item)
         return [
-            same[start : start + _BATCH_ITEMS]
+            same[start : start + size]
             for same in per_slot.values()
-            for start in range(0, len(same), _BATCH_ITEMS)
+            for start in range(0, len(same), size)
         ]
 
     # ------------------------------------------------------------------ dead letters
@@ -720,6 +736,14 @@ def _blocking_twin(client: Client) -> Client:
     return aioredis.Redis.from_pool(twin_pool)  # the twin owns (and closes) its pool
 
 
+def _entries(queue: QueueRef, flat: list[Any]) -> list[Entry]:
+    """A READ reply's ``offset, payload, offset, ...`` as entries."""
+    if None in flat:  # as XRANGE's reply would have, looking the payload up
+        raise KeyError(f"an entry of {queue} has no field 'd': not a queue entry")
+    pairs = iter(flat)
+    return [Entry(_offset(id_), payload) for id_, payload in zip(pairs, pairs, strict=True)]
+
+
 def _put_result(item: PutItem, reply: Any) -> PutResult:
     if not isinstance(reply, list):  # a plain XADD answers with the new id
         return PutResult(item.job_id, offset=_offset(reply))
@@ -760,6 +784,7 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     answers: an unreachable one is :class:`~emq.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
+    opts.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
     client: Client = make(url, **opts)
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).

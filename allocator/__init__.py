@@ -1,4 +1,13 @@
 """Group assignment: consistent hashing over ZooKeeper membership, leader election, epochs.
 
+* :mod:`allocator.assign` — the pure assignment function (bounded-load consistent hashing on a
+  uhashring ring, sticky to the previous assignment); :mod:`allocator.simulate` measures it.
+* :mod:`allocator.document` — the ``/assignments`` document: generations, epochs, handovers.
+* :mod:`allocator.election` and :mod:`allocator.leader` — one elected leader writes it, guarded.
+* :mod:`allocator.fleet` — one worker's membership: ``FleetAssignment``, the worker's
+  :class:`~emq.interfaces.AssignmentSource`; :mod:`allocator.handover` — when a moved group
+  may start on its new owner.
+* :mod:`allocator.view` — the fleet as operators see it (``GET /v1/workers``).
+
 Knows nothing of HTTP or Redis (the layering test enforces it).
 """

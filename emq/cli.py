@@ -16,10 +16,13 @@ from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
+from allocator.settings import FleetSettings
 from emq import __version__
 from emq.api.app import ApiSettings
+from emq.capacity_commands import add_commands as add_capacity_commands
 from emq.commands import add_commands
 from emq.errors import EmqError
+from emq.fleet_commands import add_fleet_commands
 from emq.settings import Settings, load, read_toml, unknown_env
 from emq.stack import Service, local_stack
 from worker.settings import WorkerSettings
@@ -38,6 +41,7 @@ class _Parser(argparse.ArgumentParser):
 SECTIONS: dict[str, tuple[type[Any], str]] = {
     "api": (ApiSettings, "EMQ_API_"),
     "worker": (WorkerSettings, "EMQ_WORKER_"),
+    "fleet": (FleetSettings, "EMQ_FLEET_"),
 }
 
 
@@ -113,12 +117,11 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
-    from emq.compose import open_config, open_history, open_queues
+    from emq.compose import open_config, open_fleet, open_history, open_queues
+    from emq.interfaces import AssignmentSource
     from worker.main import default_worker_id, run_worker
     from worker.standalone import StandaloneAssignment
 
-    if not args.standalone:
-        raise EmqError("fleet mode (ZooKeeper assignment) is not available yet: use --standalone")
     wsettings: WorkerSettings = args.sections["worker"]
     worker_id = args.id or wsettings.id or default_worker_id()
 
@@ -126,19 +129,27 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         queues = await open_queues(settings)
         config = await open_config(settings)
         history = open_history(settings)
+        assignment: AssignmentSource | None = None
         try:
+            assignment = (
+                StandaloneAssignment(config, settings.namespace)
+                if args.standalone
+                else await open_fleet(settings, args.sections["fleet"], worker_id, config)
+            )
             await run_worker(
                 worker_id,
                 settings.namespace,
                 wsettings,
                 queues=queues,
                 config=config,
-                assignment=StandaloneAssignment(config, settings.namespace),
+                assignment=assignment,
                 history=history,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
             )
         finally:
+            if assignment is not None:  # a fleet member leaves only once it released its groups
+                await assignment.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()
@@ -147,7 +158,25 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
+    from emq import demo
+
+    result = demo.run(settings, args.duration, args.json, workers=args.workers)
+    demo.print_summary(result, args.json)
+    return 0
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.name == "plan":
+        from emq.capacity_commands import cmd_bench_plan
+
+        return cmd_bench_plan(args, settings)
+    if args.name == "dispatch":
+        from emq.bench import dispatch
+
+        result = dispatch.run(args.workload, noop=args.noop, duration_s=args.duration_s)
+        print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
+        return 0
     from emq.bench import enqueue
 
     result = enqueue.run(duration_s=args.duration_s)
@@ -199,12 +228,26 @@ def build_parser() -> argparse.ArgumentParser:
     api.add_argument("--port", type=int, help="listen port (default: EMQ_API_URL's port)")
     api.set_defaults(func=cmd_api)
 
+    demo = sub.add_parser(
+        "demo",
+        help="run the whole system locally with a noisy tenant and a hanging endpoint",
+        description="Start the local stack (if not running), the API, workers joined through "
+        "ZooKeeper and a local sink; drive four tenants (one noisy at 10x its quota, two steady, "
+        "one whose endpoint hangs) with a live view; end with a summary and a capacity plan.",
+    )
+    demo.add_argument("--duration", type=float, help="seconds to run (default: until Ctrl-C)")
+    demo.add_argument("--workers", type=int, default=3, help="worker processes (default 3)")
+    _json_flag(demo)
+    demo.set_defaults(func=cmd_demo)
+
     worker = sub.add_parser(
         "worker",
         help="run a worker: fetch, rate-limit and push jobs",
-        description="Run a worker until SIGTERM. --standalone owns every group itself (one "
-        "machine, no fleet); topic configuration is read from ZooKeeper either way. Settings: "
-        "EMQ_WORKER_* (senders, timeouts, buffer_seconds, metrics_port, ...).",
+        description="Run a worker until SIGTERM. Without --standalone it joins the fleet on "
+        "ZooKeeper and owns the groups the elected leader assigns it (EMQ_FLEET_WEIGHT sets its "
+        "share); --standalone owns every group itself (one machine, no fleet). Topic "
+        "configuration is read from ZooKeeper either way. Settings: EMQ_WORKER_* (senders, "
+        "timeouts, buffer_seconds, metrics_port, ...), EMQ_FLEET_*.",
     )
     worker.add_argument("--id", help="worker id (default: <hostname>-<pid>)")
     worker.add_argument("--standalone", action="store_true", help="own every group, no fleet")
@@ -216,8 +259,20 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue"])
+    bench.add_argument("name", choices=["enqueue", "dispatch", "plan"])
+    bench.add_argument(
+        "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
+    )
     bench.add_argument("--duration-s", type=float, default=10.0, help="seconds per run")
+    bench.add_argument(
+        "--workload",
+        choices=["W2", "W3", "W4", "W5", "W6", "all"],
+        default="all",
+        help="dispatch: which worker workload (default: all)",
+    )
+    bench.add_argument(
+        "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
+    )
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)
 
@@ -226,6 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     _json_flag(config)
     config.set_defaults(func=cmd_config)
     add_commands(sub)
+    add_capacity_commands(sub)
+    add_fleet_commands(sub)
     return parser
 
 

@@ -7,6 +7,7 @@
 * :class:`AssignmentSource` — which groups this worker owns, with their epochs (``allocator``:
   the ZooKeeper fleet; ``worker``: the standalone "own everything" source).
 * :class:`Pusher` — delivers one HTTP request (``worker``: the aiohttp push executor).
+* :class:`FleetView` — the fleet's members and assignment, for operators (``allocator``).
 
 Callers depend on these only; the composition root (``emq.cli`` / ``emq.compose``) picks the
 concrete classes. Every resource is an async context manager with ``aclose()``.
@@ -327,6 +328,60 @@ class AssignmentSource(AsyncResource):
     async def release(self, group: GroupRef, epoch: int) -> None:
         """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
 
+    def may_fetch(self) -> bool:
+        """False while the source has lost touch with its coordinator: fetch nothing new.
+
+        Buffered jobs may still be dispatched (see :meth:`may_dispatch`). Cheap: the worker asks
+        every tick.
+        """
+        return True
+
+    def may_dispatch(self) -> bool:
+        """False while this worker's ownership cannot be vouched for: start no push.
+
+        In a fleet, ownership is a lease renewed by talking to ZooKeeper; once it runs out (or
+        the worker self-fenced and has not yet dropped its groups) another worker may own them.
+        Cheap: the worker asks every tick and before every push.
+        """
+        return True
+
+
+@dataclass(frozen=True, slots=True)
+class FleetMember:
+    """One registered worker and what the current assignment gives it."""
+
+    id: str
+    host: str = ""
+    pid: int = 0
+    weight: int = 1
+    started_at: float = 0.0
+    groups: Mapping[str, int] = field(default_factory=dict)  # str(GroupRef) -> owner epoch
+    leader: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class FleetState:
+    """The fleet of a namespace as ZooKeeper has it: members, leader, the assignment.
+
+    ``orphans`` are groups the assignment gives to a worker that is not registered (a member
+    that just left, before the leader re-assigned its groups): str(GroupRef) -> that worker.
+    """
+
+    namespace: Namespace
+    generation: int = 0
+    leader: str | None = None
+    assigned_at: float = 0.0
+    members: Sequence[FleetMember] = ()
+    orphans: Mapping[str, str] = field(default_factory=dict)
+
+
+class FleetView(AsyncResource):
+    """Reads the fleet's state for operators (``GET /v1/workers``, ``emq fleet workers``)."""
+
+    @abc.abstractmethod
+    async def state(self, namespace: Namespace) -> FleetState:
+        """Members, leader and assignment now; ``BackendUnavailable`` if ZooKeeper is down."""
+
 
 @dataclass(frozen=True, slots=True)
 class PushRequest:
@@ -403,3 +458,10 @@ class HistoryStore(AsyncResource):
     @abc.abstractmethod
     async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
         """Delivered/s of a topic: the sum over sources that published within ``max_age_s``."""
+
+    async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
+        """Delivered/s per source (a worker id) and topic, from sources fresh within ``max_age_s``.
+
+        A store that cannot tell answers ``{}``.
+        """
+        return {}

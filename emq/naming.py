@@ -9,7 +9,8 @@ even if a name ever bypassed validation. The key prefix (``emq`` by default, a p
 tests) comes before the tag and may not contain braces.
 
 ZooKeeper: ``/<root>/<namespace>/running/<worker>``, ``/<root>/<namespace>/assignments``,
-``/<root>/<namespace>/leader``, ``/<root>/<namespace>/topics/<tenant>/<topic>``,
+``/<root>/<namespace>/leader``, ``/<root>/<namespace>/released/<group>@<epoch>``,
+``/<root>/<namespace>/topics/<tenant>/<topic>``,
 ``/<root>/tenants/<tenant>``. Tenants span namespaces; topics, workers and assignments don't.
 """
 
@@ -23,6 +24,7 @@ from emq.model import GroupRef, Namespace, QueueRef, TopicRef
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D", ":": "%3A"})
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")
 _ZK_ROOT_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")
+_ZK_NAME_ESCAPES = str.maketrans({"%": "%25", "/": "%2F", "@": "%40"})
 
 
 def escape(component: str) -> str:
@@ -140,6 +142,18 @@ class ZkPaths:
     def epochs(self, ns: Namespace) -> str:
         """Parent of the per-group owner epoch counters."""
         return f"{self.namespace(ns)}/epochs"
+
+    def released(self, ns: Namespace) -> str:
+        """Parent of the release markers that former owners leave for the new owners."""
+        return f"{self.namespace(ns)}/released"
+
+    def release_marker(self, ns: Namespace, group: str, epoch: int) -> str:
+        """``<group>@<epoch>``: the owner holding ``epoch`` will never touch ``group`` again.
+
+        ``group`` is ``str(GroupRef)``; its slashes are escaped (``%2F``) to make one node name.
+        """
+        name = group.translate(_ZK_NAME_ESCAPES)
+        return f"{self.released(ns)}/{_zk_component(name, 'group')}@{int(epoch)}"
 
     def topics(self, ns: Namespace) -> str:
         return f"{self.namespace(ns)}/topics"

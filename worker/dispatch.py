@@ -10,10 +10,16 @@ next tick. Idle groups are not in the heap at all, so a tick costs nothing for t
 
 Fairness under overload: when the senders are full, the due groups stay in the heap in the order
 they became due, and the next tick starts with the longest-waiting one.
+
+Between dispatches the loop awaits :meth:`Dispatcher.pause`: one tick while any group waits in
+the heap; with none, until a group is woken (new jobs: they are dispatched at once, without
+waiting for a tick) or :data:`IDLE_WAIT_S` passes, so an idle worker does not wake 200 times a
+second.
 """
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import itertools
 from collections.abc import Callable
@@ -23,6 +29,8 @@ from worker.groups import Buffered, GroupState
 
 Send = Callable[[GroupState, Buffered], None]
 
+IDLE_WAIT_S = 0.1  # with nothing to dispatch, the loop still runs this often
+
 
 class Dispatcher:
     def __init__(self, send: Send, tick_s: float) -> None:
@@ -30,6 +38,7 @@ class Dispatcher:
         self._tick_s = tick_s
         self._heap: list[tuple[float, int, GroupState]] = []
         self._seq = itertools.count()
+        self._woken = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -39,6 +48,19 @@ class Dispatcher:
         if not group.scheduled and not group.stopped:
             group.scheduled = True
             heapq.heappush(self._heap, (at, next(self._seq), group))
+            self._woken.set()
+
+    async def pause(self) -> None:
+        """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
+        if self._heap:
+            await asyncio.sleep(self._tick_s)
+            return
+        self._woken.clear()
+        try:
+            async with asyncio.timeout(IDLE_WAIT_S):
+                await self._woken.wait()
+        except TimeoutError:
+            pass
 
     def dispatch(self, budget: int, wall: float, mono: float) -> int:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
@@ -74,6 +96,7 @@ class Dispatcher:
 
     def _take(self, group: GroupState, budget: int, mono: float) -> int:
         buffers = group.buffers
+        assert buffers is not None  # _serve takes only from a group with jobs
         available = [len(b) for b in buffers]
         if group.planner is None:
             plan = plan_strict(budget, available)

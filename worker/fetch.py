@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 
 from emq.errors import BackendUnavailable
 from emq.interfaces import Offset, QueueBackend
-from emq.model import Envelope, QueueRef
+from emq.model import QueueRef
 from worker.groups import Buffered, GroupState, now_ms
 from worker.settings import WorkerSettings
 
@@ -111,10 +111,10 @@ class Fetcher:
                 g.exhausted[i] = True
             if g.stopped or not entries:
                 continue
-            progress, buffer = g.progress[q], g.buffers[i]
+            progress, buffer = g.progress[q], g.filling()[i]
             for e in entries:
                 progress.fetched(e.offset)
-                buffer.append(Buffered(q, e.offset, Envelope.decode(e.payload), mono))
+                buffer.append(Buffered(q, e.offset, e.payload, mono))
             touched.add(g)
         for g in {g for g, _ in owners.values()}:
             if all(g.exhausted):

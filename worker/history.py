@@ -41,6 +41,7 @@ class HistoryRecorder:
         self._seen: dict[TopicRef, _Seen] = {}
         self._metric_seen: dict[TopicRef, _Seen] = {}
         self._rates: dict[str, float] = {}
+        self._names: dict[TopicRef, str] = {}  # str(ref), spelled once per topic
         self._last_sync = time.monotonic()
 
     async def run(self, topics: Mapping[TopicRef, TopicState]) -> None:
@@ -109,28 +110,62 @@ class HistoryRecorder:
         now = time.monotonic()
         elapsed = max(1e-3, now - self._last_sync)
         self._last_sync = now
+        names = self._names
         for state in list(topics.values()):
+            ref = state.ref
             delta, _ = _delta(state, self._metric_seen)
-            self._rates[str(state.ref)] = delta.delivered / elapsed
-            labels = m.labels(state.ref)
-            for counter, n in (
-                (m.delivered, delta.delivered),
-                (m.failed, delta.failed),
-                (m.retried, delta.retried),
-                (m.dead, delta.dead_lettered),
-            ):
-                if n:
-                    counter.labels(*labels).inc(n)
-            buffered += sum(g.buffered() for g in state.groups.values())
+            name = names.get(ref)
+            if name is None:
+                name = names[ref] = str(ref)
+            self._rates[name] = delta.delivered / elapsed
+            if delta is not _NOTHING:
+                self._count(ref, delta)
+            for g in state.groups.values():
+                buffered += g.buffered()
             in_flight += state.in_flight
         m.buffered.set(buffered)
         m.in_flight.set(in_flight)
 
+    def _count(self, ref: TopicRef, delta: TopicStats) -> None:
+        m = self._metrics
+        labels = m.labels(ref)
+        for counter, n in (
+            (m.delivered, delta.delivered),
+            (m.failed, delta.failed),
+            (m.retried, delta.retried),
+            (m.dead, delta.dead_lettered),
+        ):
+            if n:
+                counter.labels(*labels).inc(n)
+
+
+# What an idle topic gained: shared, never modified (most topics of a big worker are idle, and
+# copying their histograms every second cost more than everything else an idle worker does).
+_NOTHING = TopicStats()
+_NO_LATENCY = LatencyHistogram()
+
+
+def _unchanged(now: TopicStats, before: TopicStats) -> bool:
+    return (
+        now.delivered == before.delivered
+        and now.failed == before.failed
+        and now.retried == before.retried
+        and now.dead_lettered == before.dead_lettered
+        and now.latency.counts == before.latency.counts
+    )
+
 
 def _delta(state: TopicState, seen: dict[TopicRef, _Seen]) -> tuple[TopicStats, LatencyHistogram]:
-    """What ``state``'s counters gained since the last call with this ``seen`` map."""
+    """What ``state``'s counters gained since the last call with this ``seen`` map.
+
+    The result is read-only: an idle topic gets the shared ``_NOTHING`` and ``_NO_LATENCY``.
+    """
     now = state.stats
     before = seen.get(state.ref)
+    if before is not None and _unchanged(now, before.stats):
+        return _NOTHING, _NO_LATENCY
+    if before is None and _unchanged(now, _NOTHING):
+        return _NOTHING, _NO_LATENCY  # nothing counted yet: no snapshot to keep either
     snapshot = _Seen(replace(now, latency=now.latency.copy()), now.latency.copy())
     seen[state.ref] = snapshot
     if before is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import os
 import signal
@@ -21,8 +22,29 @@ from worker.ssrf import AddressPolicy, IPNetwork
 log = logging.getLogger(__name__)
 
 
+# A young-generation collection every 10 000 net allocations instead of 700 (and an older one
+# every 10 of those): see tune_gc.
+GC_THRESHOLDS = (10_000, 10, 10)
+
+
 def default_worker_id() -> str:
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+def tune_gc() -> None:
+    """Set the process's garbage collector up for a worker; call once, after start-up.
+
+    A worker holds seconds of quota of every group it owns in its buffers, and a fetch adds
+    thousands of jobs at once; with CPython's default thresholds the growing heap sets off a
+    full collection every time it grows by a quarter, and each walks every buffered job and
+    every object made at import time. That cost a third of the CPU of a worker delivering from
+    3000 backlogged queues. Freezing what exists after start-up takes it out of every later
+    collection; the higher thresholds make collections rarer (reference counting frees almost
+    everything a job allocates, so little waits for the collector meanwhile).
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(*GC_THRESHOLDS)
 
 
 async def _serve_metrics(
@@ -58,6 +80,7 @@ async def run_worker(
 ) -> None:
     """Run one worker (the caller owns and closes the backends)."""
     stop = stop or asyncio.Event()
+    tune_gc()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)

@@ -46,6 +46,7 @@ from worker.signing import signature_headers
 log = logging.getLogger(__name__)
 
 CLAIM_CONCURRENCY = 64
+CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
 TRIM_EVERY = 10  # checkpoints
 
 
@@ -130,10 +131,18 @@ class Worker:
         return None
 
     async def _cancel(self, *names: str) -> None:
-        tasks = [self._tasks.pop(n) for n in names if n in self._tasks]
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        """Cancel the named tasks and wait for them, cancelling again until each has ended.
+
+        Once is not always enough: on Python 3.11, ``asyncio.wait_for`` (which redis-py uses
+        for every write once a socket timeout is set, as redis-py 8 does by default) swallows a
+        cancellation that arrives as its write completes, and the task carries on; waiting for
+        it then hung the shutdown for good.
+        """
+        pending = {self._tasks.pop(n) for n in names if n in self._tasks}
+        while pending:
+            for t in pending:
+                t.cancel()
+            _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
 
     async def shutdown(self) -> None:
         grace = self.settings.shutdown_grace_s
@@ -293,13 +302,32 @@ class Worker:
         self.fetcher.want(group)
 
     async def _dispatch_loop(self) -> None:
-        tick = self.settings.tick_s
         limit = self.settings.senders
         while True:
+            may_dispatch = self._heed_assignment()
             budget = limit - self._sends.qsize()
-            if budget > 0:
+            if budget > 0 and may_dispatch:
                 self.dispatcher.dispatch(budget, time.time(), time.monotonic())
-            await asyncio.sleep(tick)
+            await self.dispatcher.pause()
+
+    def _heed_assignment(self) -> bool:
+        """Pause fetching while the assignment source is cut off from its coordinator; True
+        while it vouches for our ownership (a fleet's lease), i.e. while we may dispatch."""
+        fetch = self.assignment.may_fetch()
+        if fetch == self.fetcher.paused:
+            self.fetcher.paused = not fetch
+            if fetch:
+                self.fetcher._wakeup.set()  # the fetch loop sleeps until woken
+        return self.assignment.may_dispatch()
+
+    async def _cleared(self, group: GroupState) -> bool:
+        """Hold a job taken just before the lease ran out until it is renewed; False (do not
+        send) once the group is let go meanwhile: its next owner delivers it from the checkpoint."""
+        while not self.assignment.may_dispatch():
+            if group.stopped or group.dropped:
+                return False
+            await asyncio.sleep(self.settings.tick_s)
+        return not group.dropped
 
     async def _sender(self) -> None:
         sends = self._sends
@@ -312,6 +340,8 @@ class Worker:
                 group.in_flight -= 1
 
     async def _push(self, group: GroupState, item: Buffered) -> None:
+        if not self.assignment.may_dispatch() and not await self._cleared(group):
+            return
         env = item.envelope
         job = env.job
         topic = group.topic.topic

@@ -12,6 +12,7 @@ PATCH      /v1/tenants/{tenant}/topics/{topic}                admin
 POST       /v1/tenants/{tenant}/topics/{topic}/jobs           tenant or admin
 GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
+GET        /v1/workers                                        admin
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
 
@@ -39,7 +40,14 @@ from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.errors import BackendUnavailable, InvalidInput, MalformedRequest, PayloadTooLarge
-from emq.interfaces import ConfigStore, DeadLetter, HistoryStore, QueueBackend
+from emq.interfaces import (
+    ConfigStore,
+    DeadLetter,
+    FleetState,
+    FleetView,
+    HistoryStore,
+    QueueBackend,
+)
 from emq.model import (
     MAX_TOPIC_QPS,
     Envelope,
@@ -112,8 +120,10 @@ class Api:
         queues: QueueBackend,
         metrics: ApiMetrics,
         history: HistoryStore | None = None,
+        fleet: FleetView | None = None,
     ) -> None:
         self.settings = settings
+        self.fleet = fleet
         self.history = history
         self.enqueue_history = EnqueueHistory(history, api.history_interval_s) if history else None
         self.api = api
@@ -327,6 +337,17 @@ class Api:
                 replayed += await self.queues.replay_dead(group, by_group[group.index], limit)
         return web.json_response({"replayed": replayed})
 
+    # ------------------------------------------------------------------ fleet
+
+    async def workers(self, request: web.Request) -> web.Response:
+        """The fleet: members with their groups, epochs and delivered/s (see openapi.py)."""
+        await self.auth.admin(request)
+        if self.fleet is None:
+            raise BackendUnavailable("this API has no view of the worker fleet")
+        state = await self.fleet.state(self._namespace(request))
+        rates = await self.history.source_rates() if self.history is not None else {}
+        return web.json_response(_fleet_view(state, rates))
+
     # ------------------------------------------------------------------ operations
 
     async def healthz(self, request: web.Request) -> web.Response:
@@ -383,6 +404,34 @@ def _ids_by_group(raw: object) -> dict[int, list[str]] | None:
     return out
 
 
+def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
+    workers = []
+    for m in state.members:
+        topics = {t: round(r, 3) for t, r in sorted(rates.get(m.id, {}).items())}
+        workers.append(
+            {
+                "id": m.id,
+                "host": m.host,
+                "pid": m.pid,
+                "weight": m.weight,
+                "started_at": m.started_at,
+                "leader": m.leader,
+                "group_count": len(m.groups),
+                "groups": [{"group": g, "epoch": e} for g, e in sorted(m.groups.items())],
+                "delivered_per_s": round(sum(topics.values()), 3),
+                "topics_per_s": topics,
+            }
+        )
+    return {
+        "namespace": state.namespace.value,
+        "generation": state.generation,
+        "leader": state.leader,
+        "assigned_at": state.assigned_at,
+        "workers": workers,
+        "orphans": [{"group": g, "worker": w} for g, w in sorted(state.orphans.items())],
+    }
+
+
 def _letter_view(group: int, letter: DeadLetter) -> dict[str, Any]:
     envelope = Envelope.decode(letter.payload)
     return {
@@ -406,10 +455,11 @@ def make_app(
     config: ConfigStore,
     queues: QueueBackend,
     history: HistoryStore | None = None,
+    fleet: FleetView | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
-    handlers = Api(settings, api, config, queues, metrics, history)
+    handlers = Api(settings, api, config, queues, metrics, history, fleet)
     app = web.Application(
         client_max_size=api.max_request_bytes,
         middlewares=[metrics.middleware, error_middleware],
@@ -429,6 +479,7 @@ def make_app(
             web.post(topic + "/jobs", handlers.enqueue),
             web.get(topic + "/dlq", handlers.dlq_list),
             web.post(topic + "/dlq/replay", handlers.dlq_replay),
+            web.get("/v1/workers", handlers.workers),
             web.get("/healthz", handlers.healthz),
             web.get("/metrics", metrics.handle),
             web.get("/openapi.json", handlers.openapi),

@@ -159,6 +159,51 @@ _SCHEMAS: dict[str, Any] = {
 }
 
 
+_SCHEMAS["FleetWorker"] = {
+    "type": "object",
+    "description": "A registered worker and what the current assignment gives it",
+    "properties": {
+        "id": {"type": "string"},
+        "host": {"type": "string"},
+        "pid": {"type": "integer"},
+        "weight": {"type": "integer", "description": "capacity weight"},
+        "started_at": {"type": "number", "description": "registration time, epoch seconds"},
+        "leader": {"type": "boolean"},
+        "group_count": {"type": "integer"},
+        "groups": {
+            "type": "array",
+            "items": {
+                "type": "object",
+                "properties": {
+                    "group": {"type": "string", "description": "namespace/tenant/topic/g<i>"},
+                    "epoch": {"type": "integer", "description": "the owner's fencing epoch"},
+                },
+            },
+        },
+        "delivered_per_s": {"type": "number", "description": "as last published by the worker"},
+        "topics_per_s": {"type": "object", "additionalProperties": {"type": "number"}},
+    },
+}
+_SCHEMAS["Fleet"] = {
+    "type": "object",
+    "properties": {
+        "namespace": {"type": "string"},
+        "generation": {"type": "integer", "description": "of the assignment; only grows"},
+        "leader": {"type": ["string", "null"]},
+        "assigned_at": {"type": "number", "description": "when the leader wrote it, epoch s"},
+        "workers": {"type": "array", "items": _ref("FleetWorker")},
+        "orphans": {
+            "type": "array",
+            "description": "groups assigned to a worker that is no longer registered",
+            "items": {
+                "type": "object",
+                "properties": {"group": {"type": "string"}, "worker": {"type": "string"}},
+            },
+        },
+    },
+}
+
+
 def _paths() -> dict[str, Any]:
     topic = "/v1/tenants/{tenant}/topics/{topic}"
     tp = [*_path_params("tenant", "topic"), _NS]
@@ -274,6 +319,13 @@ def _paths() -> dict[str, Any]:
                     }
                 ),
                 "responses": _answer(200, "replayed") | _errors(400, 401, 404, 422, 503),
+            },
+        },
+        "/v1/workers": {
+            "parameters": [_NS],
+            "get": {
+                "summary": "The worker fleet (admin): members, their groups, epochs and rates",
+                "responses": _answer(200, "the fleet", _ref("Fleet")) | _errors(401, 403, 422, 503),
             },
         },
         "/healthz": {"get": {"summary": "Liveness and backends", "responses": _answer(200, "ok")}},

@@ -18,7 +18,7 @@ from aiohttp import web
 
 from emq.api.app import ApiSettings, make_app
 from emq.api.errors import Handler
-from emq.compose import open_config, open_history, open_queues
+from emq.compose import open_config, open_fleet_view, open_history, open_queues
 from emq.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -64,7 +64,8 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         raise
     drain = Drain()
     history = open_history(settings)
-    app = make_app(settings, api, config, queues, history)
+    fleet = open_fleet_view(settings)
+    app = make_app(settings, api, config, queues, history, fleet)
     app.middlewares.insert(0, drain.middleware)
     runner = web.AppRunner(
         app,
@@ -92,6 +93,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         log.info("emq api drained in %.2f s", time.monotonic() - started)
     finally:
         await runner.cleanup()
+        await fleet.aclose()
         await history.aclose()
         await config.aclose()
         await queues.aclose()

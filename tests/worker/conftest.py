@@ -5,8 +5,8 @@
   delay or a hang.
 * :class:`Stack` creates topics in the real config store and enqueues through the real
   :class:`~emq.enqueue.Enqueuer`, exactly as the API does.
-* :func:`worker_process` runs ``emq worker --standalone`` as a subprocess (so it can be killed
-  with SIGKILL and so its CPU is its own).
+* :func:`worker_process` runs ``emq worker --standalone`` (or, with ``standalone=False``, a
+  fleet member) as a subprocess (so it can be killed with SIGKILL and so its CPU is its own).
 """
 
 from __future__ import annotations
@@ -168,9 +168,18 @@ def fast_retry(attempts: int = 3, base_s: float = 0.2) -> RetryPolicy:
 
 
 class WorkerProcess:
-    def __init__(self, settings: Settings, log_path: Path, worker_id: str, **env: str) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        log_path: Path,
+        worker_id: str,
+        *,
+        standalone: bool = True,
+        **env: str,
+    ) -> None:
         self.log_path = log_path
         self.worker_id = worker_id
+        self.standalone = standalone  # False: join the fleet through ZooKeeper
         self.env = (
             {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
             | {
@@ -191,7 +200,8 @@ class WorkerProcess:
     def start(self) -> None:
         with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [sys.executable, "-m", "emq", "worker", "--standalone", "--id", self.worker_id],
+                [sys.executable, "-m", "emq", "worker", "--id", self.worker_id]
+                + (["--standalone"] if self.standalone else []),
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,
@@ -221,8 +231,9 @@ class WorkerProcess:
 def worker_process(settings: Settings, tmp_path: Path) -> Iterator[Any]:
     started: list[WorkerProcess] = []
 
-    def make(worker_id: str = "w1", **env: str) -> WorkerProcess:
-        w = WorkerProcess(settings, tmp_path / f"{worker_id}.log", worker_id, **env)
+    def make(worker_id: str = "w1", standalone: bool = True, **env: str) -> WorkerProcess:
+        log_path = tmp_path / f"{worker_id}.log"
+        w = WorkerProcess(settings, log_path, worker_id, standalone=standalone, **env)
         w.start()
         started.append(w)
         return w

@@ -1,0 +1,131 @@
+"""kazoo ↔ asyncio: await kazoo's async results, and wake the loop from kazoo's threads.
+
+kazoo calls back on its own threads; nothing here blocks one. A result is awaited by linking a
+callback that only does ``loop.call_soon_threadsafe``; a watch likewise only sets an
+:class:`asyncio.Event` through the loop. Errors that mean "ZooKeeper cannot answer now"
+(connection loss, expired session, a request that timed out) become
+:class:`~emq.errors.BackendUnavailable`; the ones callers give a meaning to (no node, node
+exists, bad version) are raised as kazoo's own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kazoo.exceptions import (  # type: ignore[import-untyped]
+    BadVersionError,
+    NodeExistsError,
+    NoNodeError,
+    NotEmptyError,
+    RolledBackError,
+)
+
+from emq.errors import BackendUnavailable
+
+MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
+
+
+def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> bool:
+    """Hand ``fn`` to the loop from any thread; False if the loop is gone."""
+    try:
+        loop.call_soon_threadsafe(fn, *args)
+    except RuntimeError:  # the loop is closed: nobody is listening any more
+        return False
+    return True
+
+
+def _resolve(done: asyncio.Future[None]) -> None:
+    if not done.done():
+        done.set_result(None)
+
+
+class _Countdown:
+    """Wakes the loop once, when every one of a batch of kazoo results has arrived."""
+
+    def __init__(self, pending: Sequence[Any], loop: asyncio.AbstractEventLoop) -> None:
+        self.done: asyncio.Future[None] = loop.create_future()
+        # By identity: kazoo may call back twice for one result when it races close().
+        self._left = {id(r) for r in pending}
+        self._loop = loop
+        self._lock = threading.Lock()
+
+    def tick(self, result: object) -> None:
+        with self._lock:
+            self._left.discard(id(result))
+            if self._left:
+                return
+        call_soon(self._loop, _resolve, self.done)
+
+
+def unavailable(error: BaseException, what: str) -> BackendUnavailable:
+    return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
+
+
+async def settle(pending: Sequence[Any], what: str, timeout_s: float) -> list[object]:
+    """Await kazoo async results; each outcome is its value or its exception (not raised)."""
+    if not pending:
+        return []
+    countdown = _Countdown(pending, asyncio.get_running_loop())
+    for result in pending:
+        result.rawlink(countdown.tick)
+    try:
+        async with asyncio.timeout(timeout_s):
+            await countdown.done
+    except TimeoutError as e:
+        raise BackendUnavailable(f"ZooKeeper did not answer in {timeout_s:g} s: {what}") from e
+    return [r.exception if r.exception is not None else r.value for r in pending]
+
+
+def check(outcome: object, what: str) -> Any:
+    """The value of one outcome; meaningful kazoo errors re-raised, the others translated."""
+    if isinstance(outcome, MEANINGFUL):
+        raise outcome
+    if isinstance(outcome, BaseException):
+        raise unavailable(outcome, what) from outcome
+    return outcome
+
+
+async def one(pending: Any, what: str, timeout_s: float) -> Any:
+    """Await one kazoo async call and return its value (see :func:`check`)."""
+    [outcome] = await settle([pending], what, timeout_s)
+    return check(outcome, what)
+
+
+def failed_op(results: Sequence[object]) -> tuple[int, BaseException] | None:
+    """The first failed operation of a committed transaction, or None if it succeeded."""
+    for index, result in enumerate(results):
+        # ZooKeeper reports the operations around the failed one as rolled back.
+        if isinstance(result, BaseException) and not isinstance(result, RolledBackError):
+            return index, result
+    return None
+
+
+class Poke:
+    """An asyncio.Event that kazoo watches may set from their threads."""
+
+    def __init__(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        self.event = asyncio.Event()
+        self.closed = False
+
+    def __call__(self, *_args: object) -> bool | None:
+        """A kazoo watch callback: never blocks; False (for recipes) once closed."""
+        if self.closed or not call_soon(self._loop, self.event.set):
+            return False
+        return None
+
+    def set(self) -> None:
+        self.event.set()
+
+    async def wait(self, timeout_s: float | None = None) -> bool:
+        """Wait until poked (True) or ``timeout_s`` passed (False); clears the event."""
+        try:
+            async with asyncio.timeout(timeout_s):
+                await self.event.wait()
+        except TimeoutError:
+            return False
+        self.event.clear()
+        return True

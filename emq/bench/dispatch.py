@@ -1,0 +1,148 @@
+"""``emq bench dispatch``: the worker benchmarks W2-W6, each a measured run of a real worker.
+
+Every workload starts from an empty Redis (started by the benchmark, AOF on, as deployed) and a
+sink process (:mod:`emq.bench.sink`), runs ONE worker in its own process
+(:mod:`emq.bench.worker_proc`: real Redis queues, standalone assignment, the aiohttp push
+executor) and reads the worker's CPU and memory from ``/proc``. Jobs are stored before the worker
+starts (backlogged) with pipelined puts of 1000, except in W4 and W5 where a feeder adds them
+while measuring. Every topic has a signing secret, so every push is signed, as in production.
+
+* **W2** throughput: 1000 topics (150 QPS, 1 group each) x high/medium/low = 3000 backlogged
+  queues; ``jobs_per_s`` = jobs delivered / (last arrival - first arrival) at the sink, so every
+  per-job cost (fetch, decode, dispatch, sign, push, checkpoint) is inside it. Against the same
+  sink process, the plain aiohttp client ceiling (:mod:`emq.bench.ceiling`): 64 concurrent
+  requests before the worker runs, 64 and ``senders`` (256) after; ``ratio`` uses the best. The
+  worker runs with its default 256 senders (judged) and again with 64 (reported).
+* **W2 --noop**: the same queues with a no-op pusher: worker CPU seconds per delivered job.
+* **W3** quota precision: 50 topics x 150 QPS, backlogged; per topic and full wall-clock second
+  at the sink, delivered / 150.
+* **W4** idle cost: 3334 topics x 1 group x 3 priorities = 10 002 queues; worker memory before and
+  after owning them; CPU and Redis commands/s (``total_commands_processed``, which counts the
+  commands Lua scripts run too) all idle over a whole sweep period, then with 1 % of the queues
+  (100 medium queues) fed 1 job/s each.
+* **W5** latency: a 1000 QPS topic (7 groups) fed 50 high-priority jobs/s; sink arrival minus the
+  ``X-Bench-Sent`` header stamped just before each put.
+* **W6** hanging endpoints: 100 topics x 50 QPS (endpoint concurrency 4, request timeout 2 s), 10
+  of them pointing at ``/hang/``; the 90 healthy topics' delivered/s against their quota and
+  against the same run without hangs.
+
+This machine class is shared and noisy: every result carries ``contention``, the CPU that other
+processes took meanwhile, and the CPU figures are the worker's own (``/proc``), not wall time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import tempfile
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+import uvloop
+
+from emq.bench.harness import Contention, Harness
+from emq.bench.machine import describe
+from emq.bench.workloads import W2_FEWER_SENDERS, WORKLOADS, w2, w2_noop, w3, w4, w5, w6
+from emq.errors import EmqError
+
+SUMMARY_EXTRA = {
+    "W2": (
+        "ceiling_requests_per_s",
+        "worker_cpu_us_per_job",
+        "cpu_pct_of_core",
+        f"with_{W2_FEWER_SENDERS}_senders.jobs_per_s",
+        f"with_{W2_FEWER_SENDERS}_senders.ratio",
+    ),
+    "W2-noop": ("jobs_per_s", "seconds"),
+    "W3": ("ratio_mean", "samples"),
+    "W4": ("worker_rss_mib", "idle_redis_ops_per_s", "active_cpu_pct_of_core"),
+    "W5": ("p50_ms", "samples"),
+    "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
+}
+RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
+    "W2": w2,
+    "W2-noop": w2_noop,
+    "W3": w3,
+    "W4": w4,
+    "W5": w5,
+    "W6": w6,
+}
+
+
+def plan(workload: str, noop: bool) -> list[str]:
+    """The runs that ``--workload workload [--noop]`` means."""
+    if noop:
+        if workload != "W2":
+            raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
+        return ["W2-noop"]
+    if workload == "all":
+        return ["W2", "W2-noop", "W3", "W4", "W5", "W6"]
+    if workload not in WORKLOADS:
+        raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
+    return [workload]
+
+
+async def run_async(runs: list[str], duration_s: float) -> list[dict[str, Any]]:
+    with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
+        async with Harness.running(Path(tmp)) as h:
+            results = []
+            for name in runs:
+                contention = Contention(h.sink_pid, h.redis_pid).start()
+                result = await RUNS[name](h, duration_s)
+                machine = result.pop("machine")
+                results.append({**result, "contention": contention.read(), "machine": machine})
+            return results
+
+
+def summary(result: dict[str, Any]) -> str:
+    """Human-readable lines: per workload, each target with its figure, then a few more."""
+    lines = []
+    for r in result.get("results", [result]):
+        lines.append(f"{r['workload']}:")
+        for key, target in r["targets"].items():
+            verdict = "ok" if r["pass"][key] else "MISSED"
+            lines.append(f"  {key:<28} {r[key]!s:<12} target {target:<10} {verdict}")
+        for key in SUMMARY_EXTRA.get(r["workload"], ()):
+            value = r
+            for part in key.split("."):
+                value = value[part]
+            lines.append(f"  {key:<28} {value}")
+        c = r["contention"]
+        lines.append(
+            f"  other load: {c['other_processes_pct_of_core']}% of a core "
+            f"(machine {c['machine_busy_pct']}% busy)"
+        )
+    return "\n".join(lines)
+
+
+def run(workload: str = "all", *, noop: bool = False, duration_s: float = 10.0) -> dict[str, Any]:
+    """Run the workloads; one result, or ``{"results": [...]}`` for several."""
+    runs = plan(workload, noop)
+    if duration_s <= 0:
+        raise EmqError("--duration-s must be greater than 0")
+    try:
+        results = uvloop.run(_main(runs, duration_s))
+    except asyncio.CancelledError:
+        raise KeyboardInterrupt from None  # SIGTERM: everything was stopped on the way out
+    if len(results) == 1:
+        return results[0]
+    return {
+        "bench": "dispatch",
+        "workload": workload,
+        "pass": all(all(r["pass"].values()) for r in results),
+        "results": results,
+        "machine": describe(),
+    }
+
+
+async def _main(runs: list[str], duration_s: float) -> list[dict[str, Any]]:
+    """Run, and turn SIGTERM into cancellation so every server is stopped on the way out."""
+    loop = asyncio.get_running_loop()
+    task = asyncio.current_task()
+    assert task is not None
+    loop.add_signal_handler(signal.SIGTERM, task.cancel)
+    try:
+        return await run_async(runs, duration_s)
+    finally:
+        loop.remove_signal_handler(signal.SIGTERM)

@@ -1,0 +1,376 @@
+"""The processes of a dispatch benchmark: Redis, the sink, one worker; and how to observe them.
+
+:class:`Harness` starts Redis (``deploy/redis.sh``, AOF on, as deployed) and the sink
+(:mod:`emq.bench.sink`) on free loopback ports in a temporary directory, and stops both however
+the benchmark ends (an exception, Ctrl-C, SIGTERM). :class:`WorkerHandle` runs one worker
+(:mod:`emq.bench.worker_proc`) per workload. CPU time and memory come from ``/proc`` (no psutil):
+``utime + stime`` of ``/proc/<pid>/stat`` in clock ticks, ``VmRSS`` of ``/proc/<pid>/status``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import os
+import resource
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import redis.asyncio as aioredis
+
+from adapters.redis_queue import RedisQueueBackend, connect
+from emq.errors import EmqError
+from emq.interfaces import PutItem
+from emq.model import Envelope, Job, Namespace, QueueRef, TopicRef
+from emq.stack import Service, free_port
+
+TENANT = "bench"
+SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"  # every topic signs, as real topics do
+BODY = '{"bench":true,"n":1}'
+HEADERS = {"Content-Type": "application/json"}
+_CLK_TCK = os.sysconf("SC_CLK_TCK")
+_ids = itertools.count()
+
+
+# --------------------------------------------------------------------------- /proc
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process ``pid`` so far (clock-tick resolution)."""
+    with open(f"/proc/{pid}/stat") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # fields 14 and 15 of proc(5)
+
+
+def rss_mib(pid: int) -> float:
+    """Resident set size of process ``pid`` in MiB."""
+    with open(f"/proc/{pid}/status") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+@dataclass
+class CpuMeter:
+    """CPU share of some processes over a stretch of wall-clock time."""
+
+    pids: dict[str, int]
+
+    def start(self) -> CpuMeter:
+        self._wall = time.monotonic()
+        self._cpu = {name: cpu_seconds(pid) for name, pid in self.pids.items()}
+        return self
+
+    def read(self) -> dict[str, float]:
+        """Per process: CPU seconds used since :meth:`start`; plus ``wall_s``."""
+        out = {name: cpu_seconds(pid) - self._cpu[name] for name, pid in self.pids.items()}
+        out["wall_s"] = time.monotonic() - self._wall
+        return out
+
+
+def share(used: dict[str, float]) -> dict[str, float]:
+    """``read()`` figures as % of one core."""
+    wall = used["wall_s"]
+    return {k: round(100 * v / wall, 1) for k, v in used.items() if k != "wall_s"}
+
+
+def _busy_and_total_s() -> tuple[float, float]:
+    """Seconds all cores spent busy and in total so far (first line of /proc/stat)."""
+    with open("/proc/stat") as fh:
+        ticks = [int(v) for v in fh.readline().split()[1:]]
+    idle = ticks[3] + ticks[4]  # idle, iowait
+    return (sum(ticks) - idle) / _CLK_TCK, sum(ticks) / _CLK_TCK
+
+
+def _loadavg() -> float:
+    with open("/proc/loadavg") as fh:
+        return float(fh.read().split()[0])
+
+
+class Contention:
+    """How busy the machine was with other work while a workload ran.
+
+    On a shared machine the figures of a run depend on what else runs; this says how much did:
+    the machine's busy share, and the CPU of processes that were not the benchmark's (the
+    benchmark itself, its children once reaped, the sink and Redis).
+    """
+
+    def __init__(self, sink_pid: int, redis_pid: int) -> None:
+        self._pids = {"sink": sink_pid, "redis": redis_pid}
+
+    def _ours_s(self) -> float:
+        me = resource.getrusage(resource.RUSAGE_SELF)
+        children = resource.getrusage(resource.RUSAGE_CHILDREN)
+        servers = sum(cpu_seconds(pid) for pid in self._pids.values())
+        return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + servers
+
+    def start(self) -> Contention:
+        self._busy, self._total = _busy_and_total_s()
+        self._ours = self._ours_s()
+        self._wall = time.monotonic()
+        self._load = _loadavg()
+        return self
+
+    def read(self) -> dict[str, Any]:
+        busy, total = _busy_and_total_s()
+        wall = max(1e-6, time.monotonic() - self._wall)
+        others = max(0.0, (busy - self._busy) - (self._ours_s() - self._ours))
+        return {
+            "machine_busy_pct": round(
+                100 * (busy - self._busy) / max(1e-6, total - self._total), 1
+            ),
+            "other_processes_pct_of_core": round(100 * others / wall, 1),
+            "loadavg_1m": [self._load, _loadavg()],
+        }
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def topic_ref(name: str) -> TopicRef:
+    return TopicRef(Namespace.ONLINE, TENANT, name)
+
+
+def job_item(queue: QueueRef, url: str, headers: dict[str, str] | None = None) -> PutItem:
+    """One plain job for ``queue`` (an id of the usual length, cheaper to make than a real one)."""
+    job_id = f"msg_bench{next(_ids):021d}"
+    job = Job(url=url, headers={**HEADERS, **(headers or {})}, body=BODY, priority=queue.priority)
+    return PutItem(queue, job_id, Envelope(job_id, job, int(time.time() * 1000)).encode())
+
+
+def round_robin(queues: Sequence[QueueRef], per_queue: int) -> Iterable[QueueRef]:
+    """``per_queue`` turns over ``queues``: each batch of puts spreads over many queues."""
+    for _ in range(per_queue):
+        yield from queues
+
+
+async def preload(
+    backend: RedisQueueBackend, items: Iterable[PutItem], batch: int = 1000, parallel: int = 4
+) -> int:
+    """Store ``items`` with pipelined puts of ``batch`` jobs, ``parallel`` puts at a time."""
+    pending: set[asyncio.Task[Any]] = set()
+    count = 0
+    chunk: list[PutItem] = []
+    for item in items:
+        chunk.append(item)
+        if len(chunk) == batch:
+            if len(pending) >= parallel:
+                _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+            pending.add(asyncio.ensure_future(backend.put(chunk)))
+            count, chunk = count + len(chunk), []
+    if chunk:
+        pending.add(asyncio.ensure_future(backend.put(chunk)))
+        count += len(chunk)
+    for done in asyncio.as_completed(pending):
+        await done
+    return count
+
+
+# --------------------------------------------------------------------------- the worker
+
+
+def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
+    """``python args...`` with its output in ``log_path`` (the child keeps its own descriptor)."""
+    with open(log_path, "wb") as log:
+        return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT)
+
+
+class WorkerHandle:
+    """One benchmark worker process: start, signal, observe, stop."""
+
+    def __init__(self, tmp: Path, name: str, spec: dict[str, Any]) -> None:
+        self.status_path = tmp / f"{name}.status.json"
+        self.log_path = tmp / f"{name}.log"
+        spec_path = tmp / f"{name}.spec.json"
+        spec_path.write_text(json.dumps({**spec, "status_path": str(self.status_path)}))
+        self.status_path.unlink(missing_ok=True)  # a snapshot of an earlier worker is not ours
+        self.proc = spawn(["-m", "emq.bench.worker_proc", str(spec_path)], self.log_path)
+        self.pid = self.proc.pid
+        self._seq = 0
+
+    async def ready(self, timeout_s: float = 60.0) -> dict[str, Any]:
+        """Wait for the first status snapshot: the worker's event loop runs."""
+        return await self._next_status(timeout_s)
+
+    async def status(self, timeout_s: float = 10.0) -> dict[str, Any]:
+        """A fresh status snapshot (asked for with SIGUSR2)."""
+        self._signal(signal.SIGUSR2)
+        return await self._next_status(timeout_s)
+
+    def load_topics(self) -> None:
+        self._signal(signal.SIGUSR1)
+
+    async def wait_for(
+        self, key: str, at_least: int, timeout_s: float, every_s: float = 0.2
+    ) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            status = await self.status()
+            if status[key] >= at_least or time.monotonic() > deadline:
+                return status
+            await asyncio.sleep(every_s)
+
+    async def _next_status(self, timeout_s: float) -> dict[str, Any]:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            self._check_alive()
+            try:
+                status: dict[str, Any] = json.loads(self.status_path.read_text())
+            except (OSError, ValueError):
+                status = {"seq": 0}
+            if status["seq"] > self._seq and status.get("pid") == self.pid:
+                self._seq = status["seq"]
+                return status
+            await asyncio.sleep(0.005)
+        raise EmqError(f"benchmark worker gave no status within {timeout_s:.0f} s: {self.log()}")
+
+    def _signal(self, sig: signal.Signals) -> None:
+        self._check_alive()
+        self.proc.send_signal(sig)
+
+    def _check_alive(self) -> None:
+        if self.proc.poll() is not None:
+            raise EmqError(f"benchmark worker exited with {self.proc.returncode}: {self.log()}")
+
+    def log(self, chars: int = 2000) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-chars:].strip() or "(no output)"
+        except OSError:
+            return "(no log)"
+
+    def stop(self, timeout_s: float = 30.0) -> int:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        return self.proc.returncode
+
+
+# --------------------------------------------------------------------------- the servers
+
+
+class Harness:
+    """Redis, the sink and the clients the benchmark itself uses (see the module docstring)."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.redis = Service("redis", "redis.sh", tmp / "redis", free_port())
+        self.redis_url = f"redis://{self.redis.address}/0"
+        self.redis_pid = 0
+        self.sink_port = free_port()
+        self.sink_base = f"http://127.0.0.1:{self.sink_port}"
+        self.sink: subprocess.Popen[bytes] | None = None
+        self.queues: RedisQueueBackend | None = None
+        self.prefix = ""
+        self._client: aioredis.Redis | None = None
+        self._http: aiohttp.ClientSession | None = None
+
+    @classmethod
+    @contextlib.asynccontextmanager
+    async def running(cls, tmp: Path) -> AsyncIterator[Harness]:
+        harness = cls(tmp)
+        try:
+            await harness._start()
+            yield harness
+        finally:
+            await harness._stop()
+
+    async def _start(self) -> None:
+        self.redis_pid = self.redis.start()
+        self.sink = spawn(
+            ["-m", "emq.bench.sink", "--port", str(self.sink_port)], self.tmp / "sink.log"
+        )
+        self._client = aioredis.Redis.from_url(self.redis_url)
+        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
+        await self._wait_for_sink()
+
+    async def _wait_for_sink(self, timeout_s: float = 20.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            assert self.sink is not None
+            if self.sink.poll() is not None:
+                raise EmqError(f"the benchmark sink exited with {self.sink.returncode}")
+            try:
+                await self.sink_call("/_reset")
+                return
+            except aiohttp.ClientError:
+                await asyncio.sleep(0.1)
+        raise EmqError("the benchmark sink did not answer within 20 s")
+
+    async def _stop(self) -> None:
+        # Every step runs even if an earlier one fails: nothing may be left running.
+        with contextlib.suppress(Exception):
+            if self.queues is not None:
+                await self.queues.aclose()
+        with contextlib.suppress(Exception):
+            if self._client is not None:
+                await self._client.aclose()
+        with contextlib.suppress(Exception):
+            if self._http is not None:
+                await self._http.close()
+        if self.sink is not None and self.sink.poll() is None:
+            self.sink.terminate()
+            try:
+                self.sink.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.sink.kill()
+                self.sink.wait()
+        self.redis.stop()
+
+    @property
+    def sink_pid(self) -> int:
+        assert self.sink is not None
+        return self.sink.pid
+
+    async def fresh(self, workload: str) -> RedisQueueBackend:
+        """An empty Redis and a new key prefix for ``workload``; a backend to put jobs with."""
+        if self.queues is not None:
+            await self.queues.aclose()
+        await self.redis_client.flushall()
+        self.prefix = f"bench-{workload.lower()}-{uuid.uuid4().hex[:6]}"
+        self.queues = await connect(self.redis_url, cluster=False, prefix=self.prefix)
+        await self.sink_call("/_reset")
+        return self.queues
+
+    @property
+    def redis_client(self) -> aioredis.Redis:
+        assert self._client is not None
+        return self._client
+
+    async def sink_call(self, path: str) -> dict[str, Any]:
+        assert self._http is not None
+        async with self._http.get(self.sink_base + path) as r:
+            body: dict[str, Any] = await r.json(content_type=None)
+            return body
+
+    async def redis_commands(self) -> int:
+        """Commands Redis has processed so far (INFO stats)."""
+        info = await self.redis_client.info("stats")
+        return int(info["total_commands_processed"])
+
+    def worker(self, name: str, spec: dict[str, Any]) -> WorkerHandle:
+        base = {"redis_url": self.redis_url, "prefix": self.prefix, "tenant": TENANT}
+        return WorkerHandle(self.tmp, name, {**base, **spec})
+
+
+@contextlib.contextmanager
+def stopping(worker: WorkerHandle) -> Any:
+    """Stop ``worker`` however the block ends."""
+    try:
+        yield worker
+    finally:
+        worker.stop()

@@ -1,0 +1,478 @@
+"""Capacity planning on the command line: ``emq history synth|export``, ``emq plan run|apply``
+and ``emq bench plan``.
+
+``history`` and ``plan run`` drive the Spark jobs in ``spark/`` (imported only when one of these
+commands runs, so the rest of ``emq`` starts without pyspark); ``plan apply`` talks to the admin
+API through :class:`emq.client.Client`.
+
+``emq plan apply`` exit status: 0 when everything planned is live (or ``--dry-run``), 1 on an
+error or when a quota would drop by more than half without ``--force`` (then nothing is applied),
+3 when some planned topics were not applied (unknown topics, failed updates) while the rest was.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+import uvloop
+
+from emq.client import Client, describe
+from emq.errors import EmqError, InvalidInput, NotFound
+from emq.model import Namespace
+from emq.settings import Settings
+
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+
+EXIT_PARTIAL = 3
+APPLY_CONCURRENCY = 8
+DAY_S = 86_400
+
+
+# ----------------------------------------------------------------------------- helpers
+
+
+def _print_json(value: object) -> None:
+    print(json.dumps(value, indent=2))
+
+
+def _table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> None:
+    cells = [list(headers)] + [["-" if v is None else str(v) for v in row] for row in rows]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(headers))]
+    for row in cells:
+        print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
+
+
+def _epoch(text: str | None, flag: str) -> int | None:
+    """Epoch seconds from ``1735689600`` or ``2025-01-01[THH:MM[:SS]]`` (UTC)."""
+    if text is None:
+        return None
+    if text.isdigit():
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise InvalidInput(flag, f"expected epoch seconds or an ISO date, got {text!r}") from None
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    return int(moment.timestamp())
+
+
+# ----------------------------------------------------------------------------- history synth
+
+
+def cmd_history_synth(args: argparse.Namespace, settings: Settings) -> int:
+    from spark.synth_job import execute
+
+    return execute(args, max_group_qps=settings.max_group_qps)
+
+
+# ----------------------------------------------------------------------------- history export
+
+
+async def _read_history(settings: Settings, folder: Any, since_s: int | None) -> None:
+    from emq.compose import open_history
+
+    async with open_history(settings) as store:
+        async for batch in store.read(since_s=since_s):
+            folder.add(batch)
+
+
+def cmd_history_export(args: argparse.Namespace, settings: Settings) -> int:
+    from spark.history import Folder, read_marker, utc_date, write_marker, write_rows
+
+    marker = read_marker(args.out)
+    if marker and marker.get("source") != "export":
+        raise InvalidInput(
+            "--out", f"{args.out} holds {marker.get('source')} history, not an export"
+        )
+    interval = args.interval_s or marker.get("interval_s")  # None: as recorded
+    if marker and interval != marker.get("interval_s"):
+        kept = f"{marker['interval_s']}-s" if marker.get("interval_s") else "as-recorded"
+        raise InvalidInput("--interval-s", f"{args.out} holds {kept} intervals; keep them")
+    if interval is not None and interval < 1:
+        raise InvalidInput("--interval-s", f"must be positive, got {interval}")
+    watermark = marker.get("watermark")
+    since = _epoch(args.since, "--since")
+    if since is None and isinstance(watermark, int):
+        since = watermark + 1
+    folder = Folder(interval)
+    uvloop.run(_read_history(settings, folder, since))
+    rows = folder.rows(ended_by=int(time.time()) - args.settle_s)
+    written = write_rows(rows, args.out)
+    last = max((r.interval_start for r in rows), default=watermark)
+    exported = int(marker.get("rows") or 0) + len(rows)
+    write_marker(
+        args.out,
+        source="export",
+        aggregated=True,
+        interval_s=interval,
+        watermark=last,
+        rows=exported,
+    )
+    result = {
+        "out": args.out,
+        "read": folder.read,
+        "rows": len(rows),
+        "files": [str(p) for p in written],
+        "first": utc_date(rows[0].interval_start) if rows else None,
+        "last": utc_date(rows[-1].interval_start) if rows else None,
+        "interval_s": interval,
+        "watermark": last,
+        "topics": len({(r.namespace, r.tenant, r.topic) for r in rows}),
+    }
+    if args.json:
+        _print_json(result)
+    elif rows:
+        print(
+            f"exported {len(rows):,} rows ({result['topics']} topics, "
+            f"{result['first']} to {result['last']}) from {folder.read:,} recorded rows "
+            f"into {len(written)} file(s) under {args.out}"
+        )
+    else:
+        print(f"nothing new to export ({folder.read:,} recorded rows read)")
+    return 0
+
+
+# ----------------------------------------------------------------------------- plan run
+
+
+def cmd_plan_run(args: argparse.Namespace, settings: Settings) -> int:
+    from spark.plan_job import execute
+
+    return execute(args, max_group_qps=settings.max_group_qps)
+
+
+# ----------------------------------------------------------------------------- plan apply
+
+
+@dataclass
+class Change:
+    """One planned topic against the live configuration."""
+
+    namespace: str
+    tenant: str
+    topic: str
+    qps: int
+    groups: int
+    current_qps: int | None = None
+    current_groups: int | None = None
+    status: str = ""  # unknown | unchanged | raise | lower | needs-force | applied | failed
+    error: str | None = None
+    after_groups: int | None = None
+
+    @property
+    def name(self) -> str:
+        return f"{self.namespace}/{self.tenant}/{self.topic}"
+
+    def to_dict(self) -> dict[str, Any]:
+        from capacity.plan import change_pct
+
+        pct = change_pct(self.current_qps, self.qps) if self.current_qps else None
+        return {
+            "namespace": self.namespace,
+            "tenant": self.tenant,
+            "topic": self.topic,
+            "current_qps": self.current_qps,
+            "current_groups": self.current_groups,
+            "qps": self.qps,
+            "groups": self.groups,
+            "change_pct": pct,
+            "status": self.status,
+            "error": self.error,
+        }
+
+
+def load_plan(path: str) -> list[Change]:
+    """The planned topics of a plan.json; a malformed one is one line naming the entry."""
+    try:
+        plan = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise InvalidInput("PLAN", f"cannot read {path}: {e}") from None
+    topics = plan.get("topics") if isinstance(plan, dict) else None
+    if not isinstance(topics, list):
+        raise InvalidInput("PLAN", f"{path} is not a plan: no 'topics' list")
+    changes = []
+    for i, t in enumerate(topics):
+        where = f"topics[{i}]"
+        if not isinstance(t, dict):
+            raise InvalidInput(where, "is not an object")
+        for key in ("namespace", "tenant", "topic"):
+            if not isinstance(t.get(key), str) or not t[key]:
+                raise InvalidInput(f"{where}.{key}", "is missing")
+        for key in ("qps", "groups"):
+            value = t.get(key)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise InvalidInput(f"{where}.{key}", f"must be a positive integer, got {value!r}")
+        Namespace.parse(t["namespace"], f"{where}.namespace")
+        changes.append(Change(t["namespace"], t["tenant"], t["topic"], t["qps"], t["groups"]))
+    return changes
+
+
+async def _compare(client: Client, changes: list[Change], force: bool) -> None:
+    from capacity.plan import is_big_decrease
+
+    gate = asyncio.Semaphore(APPLY_CONCURRENCY)
+
+    async def one(c: Change) -> None:
+        async with gate:
+            try:
+                live = await client.get_topic(c.tenant, c.topic, namespace=c.namespace)
+            except NotFound:
+                c.status = "unknown"
+                return
+        c.current_qps, c.current_groups = int(live["qps"]), int(live["groups"])
+        if c.current_qps == c.qps:
+            c.status = "unchanged"
+        elif c.qps > c.current_qps:
+            c.status = "raise"
+        else:
+            big = is_big_decrease(c.current_qps, c.qps)
+            c.status = "needs-force" if big and not force else "lower"
+
+    await asyncio.gather(*(one(c) for c in changes))
+
+
+async def _apply(client: Client, changes: list[Change]) -> None:
+    gate = asyncio.Semaphore(APPLY_CONCURRENCY)
+
+    async def one(c: Change) -> None:
+        async with gate:
+            try:
+                body = await client.set_quota(c.tenant, c.topic, c.qps, namespace=c.namespace)
+            except EmqError as e:
+                c.status, c.error = "failed", describe(e)
+                return
+        c.status, c.after_groups = "applied", int(body.get("groups", c.groups))
+
+    await asyncio.gather(*(one(c) for c in changes if c.status in ("raise", "lower")))
+
+
+def _note(c: Change, dry_run: bool) -> str:
+    notes = {
+        "unknown": "unknown topic: not applied",
+        "unchanged": "unchanged",
+        "raise": "would raise" if dry_run else "raise",
+        "lower": "would lower" if dry_run else "lower",
+        "needs-force": "lowers by more than half: needs --force",
+        "applied": "applied",
+        "failed": f"failed: {c.error}",
+    }
+    text = notes.get(c.status, c.status)
+    if c.status == "applied" and c.after_groups is not None and c.after_groups != c.groups:
+        text += f" (the API keeps {c.after_groups} groups: groups are never removed)"
+    return text
+
+
+def _print_diff(changes: list[Change], dry_run: bool, show_unchanged: bool) -> None:
+    from capacity.plan import change_pct
+
+    rows = []
+    for c in changes:
+        if c.status == "unchanged" and not show_unchanged:
+            continue
+        pct = change_pct(c.current_qps, c.qps) if c.current_qps else None
+        rows.append(
+            (
+                c.name,
+                c.current_qps,
+                c.current_groups,
+                c.qps,
+                c.groups,
+                f"{pct:+.1f}%" if pct is not None else None,
+                _note(c, dry_run),
+            )
+        )
+    if rows:
+        _table(("TOPIC", "QPS", "GROUPS", "NEW QPS", "NEW GROUPS", "CHANGE", "NOTE"), rows)
+
+
+def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
+    changes = load_plan(args.plan)
+    token = args.token or settings.admin_token
+    if not token:
+        raise EmqError("no admin token: set EMQ_ADMIN_TOKEN or pass --token")
+
+    async def main() -> bool:
+        async with Client(settings.api_url, token) as client:
+            await _compare(client, changes, args.force)
+            refused = any(c.status == "needs-force" for c in changes)
+            if not args.dry_run and not refused:
+                await _apply(client, changes)
+            return refused
+
+    try:
+        refused = uvloop.run(main())
+    except EmqError as e:
+        raise EmqError(describe(e)) from e
+    return _report_apply(args, changes, refused)
+
+
+def _report_apply(args: argparse.Namespace, changes: list[Change], refused: bool) -> int:
+    count = {
+        s: sum(c.status == s for c in changes)
+        for s in ("unknown", "unchanged", "raise", "lower", "needs-force", "applied", "failed")
+    }
+    if args.json:
+        _print_json(
+            {"dry_run": args.dry_run, "counts": count, "changes": [c.to_dict() for c in changes]}
+        )
+    else:
+        _print_diff(changes, args.dry_run, args.all)
+        print(
+            f"{len(changes)} planned topics: {count['raise']} to raise, {count['lower']} to "
+            f"lower, {count['needs-force']} need --force, {count['unchanged']} unchanged, "
+            f"{count['unknown']} unknown"
+            + ("" if args.dry_run else f"; {count['applied']} applied, {count['failed']} failed")
+        )
+    if refused and not args.dry_run:
+        print(
+            f"emq: error: {count['needs-force']} quota(s) would drop by more than half: "
+            "nothing applied (review them, then pass --force)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.dry_run:
+        print("dry run: nothing applied", file=sys.stderr)
+        return 0
+    if count["unknown"] or count["failed"]:
+        print(
+            f"emq: error: {count['unknown'] + count['failed']} planned topic(s) not applied "
+            f"({count['unknown']} unknown, {count['failed']} failed); the rest was applied",
+            file=sys.stderr,
+        )
+        return EXIT_PARTIAL
+    return 0
+
+
+# ----------------------------------------------------------------------------- bench plan
+
+
+def cmd_bench_plan(args: argparse.Namespace, settings: Settings) -> int:
+    from emq.bench.machine import describe as machine
+    from spark.bench import run
+
+    result = run(rows=args.rows) | {"machine": machine()}
+    if args.json:
+        _print_json(result)
+    else:
+        for phase in ("synth", "plan"):
+            r = result[phase]
+            print(
+                f"{phase:<6} {r['rows']:>12,} rows  {r['seconds']:>7.1f} s  "
+                f"{r['rows_per_s']:>10,} rows/s"
+            )
+    return 0
+
+
+# ----------------------------------------------------------------------------- parsers
+
+
+def add_commands(sub: Subparsers) -> None:
+    """Register ``history synth|export`` and ``plan run|apply`` on ``emq``'s subparsers."""
+    _add_history(sub)
+    _add_plan(sub)
+
+
+def _add_history(sub: Subparsers) -> None:
+    from spark import synth_job
+
+    history = sub.add_parser(
+        "history",
+        help="traffic history for capacity planning (Parquet)",
+        description="Traffic history: per topic and interval, jobs enqueued, delivered, "
+        "throttled, failed, retried and dead-lettered, latency, quota and groups, as Parquet "
+        "partitioned by date (the schema is in spark/README.md).",
+    )
+    actions = history.add_subparsers(dest="action", metavar="ACTION", required=True)
+    synth = actions.add_parser(
+        "synth",
+        help="generate realistic synthetic history with Spark",
+        description="Generate synthetic history with Spark: daily and weekly cycles, bursts, "
+        "growth, batch topics, a few hot tenants and a few idle topics. The same options and "
+        "seed give the same history. 10k topics x 7 days at 60 s is about 100M rows.",
+    )
+    synth_job.add_arguments(synth)
+    synth.set_defaults(func=cmd_history_synth)
+
+    export = actions.add_parser(
+        "export",
+        help="write the recorded history (Redis) as Parquet",
+        description="Read the history the API and the workers recorded in Redis, add up the "
+        "rows of every source per topic and interval, and append them to DIR as Parquet "
+        "partitioned by date. Repeated exports into the same DIR continue where the last one "
+        "stopped (DIR/_emq_history.json keeps the watermark); intervals that ended less than "
+        "--settle-s ago wait for the next export, as their rows may still arrive.",
+    )
+    export.add_argument("--out", required=True, metavar="DIR", help="history directory")
+    export.add_argument(
+        "--interval-s", type=int, metavar="S", help="interval of the export (default 60, or DIR's)"
+    )
+    export.add_argument(
+        "--since", metavar="WHEN", help="only intervals from then (epoch seconds or ISO date, UTC)"
+    )
+    export.add_argument(
+        "--settle-s",
+        type=int,
+        default=120,
+        metavar="S",
+        help="skip intervals that ended less than S seconds ago (default 120)",
+    )
+    export.add_argument("--json", action="store_true", help="print the result as JSON")
+    export.set_defaults(func=cmd_history_export)
+
+
+def _add_plan(sub: Subparsers) -> None:
+    from capacity.plan import (
+        DEFAULT_HEADROOM,
+        DEFAULT_JOB_BYTES,
+        DEFAULT_SHARD_OPS,
+        DEFAULT_WORKER_QPS,
+    )
+    from spark.plan_job import add_arguments
+
+    plan = sub.add_parser(
+        "plan",
+        help="capacity plans: compute from history, apply through the admin API",
+        description="Compute a capacity plan from traffic history (Spark), review its report, "
+        "and apply its quotas through the admin API.",
+    )
+    actions = plan.add_subparsers(dest="action", metavar="ACTION", required=True)
+    run = actions.add_parser(
+        "run",
+        help="compute a plan (Spark): quotas, groups, workers, Redis shards, a dry-run",
+        description="Compute per topic the peak/p99/p999 rate, growth, a recommended quota "
+        "(p99 x headroom, rounded) and group split, and a replay of the history under it "
+        "(largest backlog, longest wait); for the fleet the workers (N+1) and Redis shards. "
+        "Writes OUT/plan.json, OUT/report.html with PNG charts, OUT/topics.parquet and "
+        "OUT/fleet.parquet. Also runs as: spark-submit spark/plan_job.py --history ... --out ...",
+    )
+    add_arguments(run, DEFAULT_HEADROOM, DEFAULT_WORKER_QPS, DEFAULT_JOB_BYTES, DEFAULT_SHARD_OPS)
+    run.set_defaults(func=cmd_plan_run)
+
+    apply = actions.add_parser(
+        "apply",
+        help="apply a plan's quotas through the admin API",
+        description="Compare a plan's quotas with the live configuration, print the differences "
+        "and apply them (PATCH qps; the API adds groups as needed). A quota lowered by more "
+        "than half needs --force (otherwise nothing is applied, exit 1); planned topics that "
+        "do not exist are listed and the exit status is 3 (the rest is applied).",
+    )
+    apply.add_argument("plan", metavar="PLAN.json", help="a plan written by 'emq plan run'")
+    apply.add_argument("--dry-run", action="store_true", help="show the differences only")
+    apply.add_argument(
+        "--force", action="store_true", help="allow lowering quotas by more than half"
+    )
+    apply.add_argument("--all", action="store_true", help="list unchanged topics too")
+    apply.add_argument("--token", help="admin token (default EMQ_ADMIN_TOKEN)")
+    apply.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    apply.set_defaults(func=cmd_plan_apply)

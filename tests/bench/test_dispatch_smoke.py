@@ -1,0 +1,68 @@
+"""``emq bench dispatch`` runs end to end (its Redis, sink and worker processes start, jobs reach
+the sink, the JSON has its shape) and its sink speaks enough HTTP. A benchmark, not a timed test:
+no figure is asserted."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import time
+
+import pytest
+
+from emq.bench.sink import SinkProtocol, Stats
+
+SHAPE = {"bench", "workload", "targets", "pass", "contention", "machine"}
+
+
+def test_a_short_w5_run_delivers_and_reports() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+    env["EMQ_LOG_LEVEL"] = "WARNING"
+    argv = [sys.executable, "-m", "emq", "bench", "dispatch", "--workload", "W5"]
+    done = subprocess.run(
+        [*argv, "--duration-s", "2", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result.keys() >= SHAPE
+    assert result["workload"] == "W5"
+    assert set(result["targets"]) == set(result["pass"]) == {"p99_ms"}
+    assert result["jobs_fed"] > 0
+    assert 0 < result["samples"] <= result["jobs_fed"]  # delivered, with a latency each
+    assert result["p50_ms"] <= result["p99_ms"] <= result["max_ms"]
+    assert result["machine"]["cores"] >= 1
+
+
+async def test_the_sink_counts_keeps_alive_and_never_answers_a_hang() -> None:
+    stats = Stats()
+    loop = asyncio.get_running_loop()
+    server = await loop.create_server(lambda: SinkProtocol(stats), "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        sent = f"{time.time():.6f}"
+        body = b'{"n":1}'
+        one = b"POST /t/a HTTP/1.1\r\nHost: x\r\nContent-Length: 7\r\n\r\n" + body
+        two = b"POST /t/b HTTP/1.1\r\nX-Bench-Sent: " + sent.encode() + b"\r\n\r\n"
+        writer.write(one + two)  # pipelined on one kept-alive connection
+        for _ in range(2):
+            assert (await reader.readuntil(b"\r\n\r\n")).startswith(b"HTTP/1.1 200")
+        writer.write(b"GET /hang/c HTTP/1.1\r\n\r\n")
+        await writer.drain()
+        with pytest.raises(TimeoutError):  # no answer, and the connection stays open
+            await asyncio.wait_for(reader.read(1), 0.3)
+    finally:
+        writer.close()
+        server.close()
+    counts = stats.to_dict()
+    assert counts["requests"] == 2 and counts["hung"] == 1
+    assert sum(counts["per_second"]["a"].values()) == 1
+    assert len(counts["latency_ms"]["b"]) == 1 and "a" not in counts["latency_ms"]
