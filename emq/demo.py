@@ -385,7 +385,7 @@ def plan_history(settings: Settings, out_dir: Path) -> dict[str, str]:
         "EMQ_REDIS_KEY_PREFIX": settings.redis_key_prefix,
     }
     for args in (
-        ["history", "export", "--out", str(history)],
+        ["history", "export", "--out", str(history), "--settle-s", "0", "--interval-s", "5"],
         ["plan", "run", "--history", str(history), "--out", str(plan)],
     ):
         done = subprocess.run(
