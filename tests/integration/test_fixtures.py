@@ -42,7 +42,7 @@ def test_zookeeper_chroot_isolates_tests(
 
 
 def test_server_logs_are_at_hand(redis_server: Service, zk_server: Service) -> None:
-    # Whole logs: by the time this runs, other tests may have pushed the start-up lines out of a tail.
+    # Whole logs: by now other tests may have pushed the start-up lines out of a tail.
     assert "Ready to accept connections" in redis_server.log_tail(10**9)
     assert "binding to port" in zk_server.log_tail(10**9)
     assert redis_server.log_tail(5).count("\n") <= 4
