@@ -101,22 +101,24 @@ def cmd_history_export(args: argparse.Namespace, settings: Settings) -> int:
         raise InvalidInput("--interval-s", f"{args.out} holds {kept} intervals; keep them")
     if interval is not None and interval < 1:
         raise InvalidInput("--interval-s", f"must be positive, got {interval}")
-    watermark = marker.get("watermark")
+    done = marker.get("next_since")  # where the previous export into this DIR stopped
     since = _epoch(args.since, "--since")
-    if since is None and isinstance(watermark, int):
-        since = watermark + 1
+    if since is not None and isinstance(done, int) and since < done:
+        raise InvalidInput(
+            "--since", f"{args.out} already holds the history before {done}: export elsewhere"
+        )
     folder = Folder(interval)
-    uvloop.run(_read_history(settings, folder, since))
+    uvloop.run(_read_history(settings, folder, since if since is not None else done))
     rows = folder.rows(ended_by=int(time.time()) - args.settle_s)
     written = write_rows(rows, args.out)
-    last = max((r.interval_start for r in rows), default=watermark)
+    next_since = folder.next_since(rows, done if isinstance(done, int) else None)
     exported = int(marker.get("rows") or 0) + len(rows)
     write_marker(
         args.out,
         source="export",
         aggregated=True,
         interval_s=interval,
-        watermark=last,
+        next_since=next_since,
         rows=exported,
     )
     result = {
@@ -127,7 +129,7 @@ def cmd_history_export(args: argparse.Namespace, settings: Settings) -> int:
         "first": utc_date(rows[0].interval_start) if rows else None,
         "last": utc_date(rows[-1].interval_start) if rows else None,
         "interval_s": interval,
-        "watermark": last,
+        "next_since": next_since,
         "topics": len({(r.namespace, r.tenant, r.topic) for r in rows}),
     }
     if args.json:
@@ -166,7 +168,8 @@ class Change:
     groups: int
     current_qps: int | None = None
     current_groups: int | None = None
-    status: str = ""  # unknown | unchanged | raise | lower | needs-force | applied | failed
+    action: str = ""  # unknown | unchanged | raise | lower | needs-force
+    result: str | None = None  # applied | failed, once applied
     error: str | None = None
     after_groups: int | None = None
 
@@ -187,7 +190,8 @@ class Change:
             "qps": self.qps,
             "groups": self.groups,
             "change_pct": pct,
-            "status": self.status,
+            "action": self.action,
+            "result": self.result,
             "error": self.error,
         }
 
@@ -201,7 +205,8 @@ def load_plan(path: str) -> list[Change]:
     topics = plan.get("topics") if isinstance(plan, dict) else None
     if not isinstance(topics, list):
         raise InvalidInput("PLAN", f"{path} is not a plan: no 'topics' list")
-    changes = []
+    changes: list[Change] = []
+    seen: dict[tuple[str, str, str], int] = {}
     for i, t in enumerate(topics):
         where = f"topics[{i}]"
         if not isinstance(t, dict):
@@ -214,6 +219,10 @@ def load_plan(path: str) -> list[Change]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{where}.{key}", f"must be a positive integer, got {value!r}")
         Namespace.parse(t["namespace"], f"{where}.namespace")
+        key = (t["namespace"], t["tenant"], t["topic"])
+        if key in seen:
+            raise InvalidInput(where, f"plans {'/'.join(key)} again (topics[{seen[key]}])")
+        seen[key] = i
         changes.append(Change(t["namespace"], t["tenant"], t["topic"], t["qps"], t["groups"]))
     return changes
 
@@ -228,16 +237,16 @@ async def _compare(client: Client, changes: list[Change], force: bool) -> None:
             try:
                 live = await client.get_topic(c.tenant, c.topic, namespace=c.namespace)
             except NotFound:
-                c.status = "unknown"
+                c.action = "unknown"
                 return
         c.current_qps, c.current_groups = int(live["qps"]), int(live["groups"])
         if c.current_qps == c.qps:
-            c.status = "unchanged"
+            c.action = "unchanged"
         elif c.qps > c.current_qps:
-            c.status = "raise"
+            c.action = "raise"
         else:
             big = is_big_decrease(c.current_qps, c.qps)
-            c.status = "needs-force" if big and not force else "lower"
+            c.action = "needs-force" if big and not force else "lower"
 
     await asyncio.gather(*(one(c) for c in changes))
 
@@ -250,35 +259,44 @@ async def _apply(client: Client, changes: list[Change]) -> None:
             try:
                 body = await client.set_quota(c.tenant, c.topic, c.qps, namespace=c.namespace)
             except EmqError as e:
-                c.status, c.error = "failed", describe(e)
+                c.result, c.error = "failed", describe(e)
                 return
-        c.status, c.after_groups = "applied", int(body.get("groups", c.groups))
+        c.result, c.after_groups = "applied", int(body.get("groups", c.groups))
 
-    await asyncio.gather(*(one(c) for c in changes if c.status in ("raise", "lower")))
+    await asyncio.gather(*(one(c) for c in changes if c.action in ("raise", "lower")))
 
 
-def _note(c: Change, dry_run: bool) -> str:
+def _note(c: Change) -> str:
+    if c.result == "failed":
+        return f"failed: {c.error}"
+    if c.result == "applied":
+        text = "raised" if c.action == "raise" else "lowered"
+        if c.after_groups is not None and c.after_groups != c.groups:
+            text += f" (the API keeps {c.after_groups} groups: groups are never removed)"
+        return text
     notes = {
         "unknown": "unknown topic: not applied",
         "unchanged": "unchanged",
-        "raise": "would raise" if dry_run else "raise",
-        "lower": "would lower" if dry_run else "lower",
+        "raise": "raise",
+        "lower": "lower",
         "needs-force": "lowers by more than half: needs --force",
-        "applied": "applied",
-        "failed": f"failed: {c.error}",
     }
-    text = notes.get(c.status, c.status)
-    if c.status == "applied" and c.after_groups is not None and c.after_groups != c.groups:
-        text += f" (the API keeps {c.after_groups} groups: groups are never removed)"
-    return text
+    return notes.get(c.action, c.action)
 
 
-def _print_diff(changes: list[Change], dry_run: bool, show_unchanged: bool) -> None:
+def _groups(c: Change) -> str:
+    """The planned group count; the API never removes groups, so say when more stay."""
+    if c.current_groups and c.groups < c.current_groups and c.action != "unknown":
+        return f"{c.groups} ({c.current_groups} kept)"
+    return str(c.groups)
+
+
+def _print_diff(changes: list[Change], show_unchanged: bool) -> None:
     from capacity.plan import change_pct
 
     rows = []
     for c in changes:
-        if c.status == "unchanged" and not show_unchanged:
+        if c.action == "unchanged" and not show_unchanged:
             continue
         pct = change_pct(c.current_qps, c.qps) if c.current_qps else None
         rows.append(
@@ -287,9 +305,9 @@ def _print_diff(changes: list[Change], dry_run: bool, show_unchanged: bool) -> N
                 c.current_qps,
                 c.current_groups,
                 c.qps,
-                c.groups,
+                _groups(c),
                 f"{pct:+.1f}%" if pct is not None else None,
-                _note(c, dry_run),
+                _note(c),
             )
         )
     if rows:
@@ -305,7 +323,7 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
     async def main() -> bool:
         async with Client(settings.api_url, token) as client:
             await _compare(client, changes, args.force)
-            refused = any(c.status == "needs-force" for c in changes)
+            refused = any(c.action == "needs-force" for c in changes)
             if not args.dry_run and not refused:
                 await _apply(client, changes)
             return refused
@@ -319,31 +337,34 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
 
 def _report_apply(args: argparse.Namespace, changes: list[Change], refused: bool) -> int:
     count = {
-        s: sum(c.status == s for c in changes)
-        for s in ("unknown", "unchanged", "raise", "lower", "needs-force", "applied", "failed")
+        key: sum(key in (c.action, c.result) for c in changes)
+        for key in ("unknown", "unchanged", "raise", "lower", "needs-force", "applied", "failed")
     }
     if args.json:
-        _print_json(
-            {"dry_run": args.dry_run, "counts": count, "changes": [c.to_dict() for c in changes]}
-        )
+        body = {"dry_run": args.dry_run, "counts": count}
+        _print_json(body | {"changes": [c.to_dict() for c in changes]})
     else:
-        _print_diff(changes, args.dry_run, args.all)
+        _print_diff(changes, args.all)
+        applied = (
+            ""
+            if args.dry_run or refused
+            else (f"; {count['applied']} applied, {count['failed']} failed")
+        )
         print(
             f"{len(changes)} planned topics: {count['raise']} to raise, {count['lower']} to "
             f"lower, {count['needs-force']} need --force, {count['unchanged']} unchanged, "
-            f"{count['unknown']} unknown"
-            + ("" if args.dry_run else f"; {count['applied']} applied, {count['failed']} failed")
+            f"{count['unknown']} unknown{applied}"
         )
-    if refused and not args.dry_run:
+    if args.dry_run:
+        print("dry run: nothing applied", file=sys.stderr)
+        return 0
+    if refused:
         print(
             f"emq: error: {count['needs-force']} quota(s) would drop by more than half: "
             "nothing applied (review them, then pass --force)",
             file=sys.stderr,
         )
         return 1
-    if args.dry_run:
-        print("dry run: nothing applied", file=sys.stderr)
-        return 0
     if count["unknown"] or count["failed"]:
         print(
             f"emq: error: {count['unknown'] + count['failed']} planned topic(s) not applied "
@@ -410,7 +431,7 @@ def _add_history(sub: Subparsers) -> None:
         description="Read the history the API and the workers recorded in Redis, add up the "
         "rows of every source per topic and interval, and append them to DIR as Parquet "
         "partitioned by date. Repeated exports into the same DIR continue where the last one "
-        "stopped (DIR/_emq_history.json keeps the watermark); intervals that ended less than "
+        "stopped (DIR/_emq_history.json records where); intervals that ended less than "
         "--settle-s ago wait for the next export, as their rows may still arrive.",
     )
     export.add_argument("--out", required=True, metavar="DIR", help="history directory")

@@ -126,9 +126,28 @@ class Folder:
             self.read += 1
 
     def rows(self, ended_by: int | None = None) -> list[HistoryRow]:
-        """The folded rows, by time then topic; with ``ended_by``, only intervals ended by then."""
+        """The folded rows, by time then topic.
+
+        With ``ended_by``, only the intervals that start before the first one still open then
+        (ending after ``ended_by``): what is left out is all later, so the next export can start
+        exactly where this one stopped (:meth:`next_since`).
+        """
         items = sorted(self._acc.items(), key=lambda kv: kv[0])
-        return [_row(key, a) for key, a in items if ended_by is None or key[0] + key[1] <= ended_by]
+        if ended_by is not None:
+            still_open = [key[0] for key, _ in items if key[0] + key[1] > ended_by]
+            if still_open:
+                items = [(key, a) for key, a in items if key[0] < min(still_open)]
+        return [_row(key, a) for key, a in items]
+
+    def next_since(self, exported: Sequence[HistoryRow], previous: int | None) -> int | None:
+        """Where the next export starts reading: the first interval not exported now."""
+        last = exported[-1].interval_start if exported else None
+        later = [key[0] for key in self._acc if last is None or key[0] > last]
+        if later:
+            return min(later)
+        if exported:
+            return max(r.interval_start + r.interval_s for r in exported)
+        return previous
 
 
 def aggregate_rows(rows: Iterable[HistoryRow], interval_s: int | None = None) -> list[HistoryRow]:

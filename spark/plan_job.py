@@ -9,11 +9,13 @@ or on a cluster with the same arguments::
 Steps (each announced on stderr with its duration, with a task counter while Spark works):
 
 1. start Spark;
-2. read the history and fold it to one row per topic and interval (cached: the only shuffle);
-3. per-topic statistics: span, totals, and the peak/p50/p99/p999 rate (one sort);
-4. proposed quotas and groups (driver, :mod:`capacity.plan`); daily volumes (growth) and the
-   fleet's per-interval series;
-5. the quota dry-run: every topic's history replayed at its proposed quota (one sort);
+2. read the history: per-topic totals (a plain aggregation; a directory without the marker of
+   ``emq history export``/``synth`` is first folded to one row per topic and interval);
+3. the one shuffle: a narrow copy of the rows by topic, sorted by time and cached; the exact
+   peak/p50/p99/p999 rate per topic; proposed quotas and groups (driver, :mod:`capacity.plan`);
+4. daily volumes (growth) and the fleet's per-interval series;
+5. the quota dry-run: every topic's history replayed at its proposed quota, the topics that wait
+   too long again at higher quotas, and the charted topics' series;
 6. fleet sizing, ``plan.json``, ``topics.parquet``, ``fleet.parquet``, ``report.html`` + PNGs.
 
 Only the standard library is imported at module level, so ``spark-submit spark/plan_job.py``

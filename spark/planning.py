@@ -161,22 +161,25 @@ def ladder(topics: pd.DataFrame) -> list[str]:
     return names
 
 
-def advise(topics: pd.DataFrame, names: list[str], target_wait_s: float) -> pd.DataFrame:
-    """Per topic, the smallest quota tried whose replay keeps the longest wait within the target
-    (the proposed one if it does; ``None`` if even the largest tried does not)."""
-    best: list[int | None] = []
-    for row in topics.itertuples():
-        if row.max_wait_s <= target_wait_s:
-            best.append(int(row.proposed_qps))
-            continue
-        found = None
+def advise(
+    topics: pd.DataFrame, slow: pd.DataFrame, names: list[str], target_wait_s: float
+) -> pd.DataFrame:
+    """Per topic, the smallest quota tried whose replay keeps the longest wait within the target:
+    the proposed one if it does; for the ``slow`` topics (replayed again at each ``names``
+    quota) the first that does, or ``None`` if even the largest does not."""
+    found: dict[int, int | None] = {}
+    for row in slow.itertuples():
+        found[row.tid] = None
         for name in names:
             quota = getattr(row, name)
             if getattr(row, f"max_backlog_{name}") / quota <= target_wait_s:
-                found = int(quota)
+                found[row.tid] = int(quota)
                 break
-        best.append(found)
-    out = topics.drop(columns=[*names, *(f"max_backlog_{n}" for n in names)])
+    best = [
+        found.get(tid) if tid in found else int(qps)
+        for tid, qps in zip(topics["tid"], topics["proposed_qps"], strict=True)
+    ]
+    out = topics.copy()
     out["qps_for_target_wait"] = pd.array(best, dtype="Int64")
     return out
 
@@ -221,7 +224,9 @@ def size_fleet(
     capacity = active * o.worker_qps
     served = fleet["served_rps"].to_numpy(dtype=float)
     utilisation = served / capacity if capacity else served * 0
-    backlog = float(topics["max_backlog"].fillna(0).sum()) if "max_backlog" in topics else 0.0
+    # The most jobs queued at once across the fleet in the replay (not the sum of each topic's
+    # worst, which never happen together).
+    backlog = float(fleet["replayed_backlog"].max()) if "replayed_backlog" in fleet else 0.0
     ops = redis_ops_per_s(demand)
     memory = redis_memory_bytes(backlog, demand, o.job_bytes)
     return {
@@ -244,7 +249,7 @@ def size_fleet(
         "redis_shards": redis_shards(ops, memory, o.shard_ops, o.shard_memory_bytes),
         "redis_ops_per_s": round(ops, 1),
         "redis_memory_bytes": int(memory),
-        "replayed_backlog_sum": round(backlog, 1),
+        "replayed_backlog_peak": round(backlog, 1),
     }
 
 

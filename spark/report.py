@@ -34,8 +34,8 @@ def _save(fig: Figure, path: Path) -> str:
 
 
 def fleet_chart(fleet: pd.DataFrame, sizing: dict[str, Any], path: Path) -> str:
-    fig = Figure(figsize=(11, 6.5))
-    top, bottom = fig.subplots(2, 1, sharex=True, height_ratios=[2, 1])
+    fig = Figure(figsize=(11, 8))
+    top, bottom, queued = fig.subplots(3, 1, sharex=True, height_ratios=[2, 1, 1])
     t = _times(fleet["interval_start"])
     top.plot(t, fleet["offered_rps"], lw=0.7, color=COLORS["offered"], label="offered (jobs/s)")
     top.plot(
@@ -62,6 +62,11 @@ def fleet_chart(fleet: pd.DataFrame, sizing: dict[str, Any], path: Path) -> str:
     bottom.set_ylabel("utilisation %\n(N workers)")
     bottom.set_ylim(0, max(110.0, float(utilisation.max()) * 1.1 if len(utilisation) else 110.0))
     bottom.grid(alpha=0.3)
+    if "replayed_backlog" in fleet:
+        queued.fill_between(t, fleet["replayed_backlog"], color=COLORS["proposed"], alpha=0.4)
+    queued.set_ylabel("queued jobs\n(replay, fleet)")
+    queued.set_ylim(bottom=0)
+    queued.grid(alpha=0.3)
     fig.autofmt_xdate()
     return _save(fig, path)
 
@@ -168,7 +173,7 @@ def duration(seconds: Any) -> str:
     if s < 60:
         return f"{s}s"
     if s < 3600:
-        return f"{s // 60}m {s % 60:02d}s"
+        return f"{s // 60}m {s % 60:02d}s" if s % 60 else f"{s // 60}m"
     days, rest = divmod(s, 86_400)
     text = f"{rest // 3600}h {rest % 3600 // 60:02d}m"
     return f"{days}d {text}" if days else text
@@ -362,7 +367,8 @@ busiest interval's fleet rate &times; headroom, at most the sum of proposed quot
 <b>Utilisation</b>: the rate servable at the proposed quotas &divide; the capacity of N
 workers.</li>
 <li><b>Redis shards</b>: enough primaries for the commands per second (per job: put, read,
-checkpoint, trim) and for the memory of the replayed backlogs plus a minute of traffic.</li>
+checkpoint, trim) and for the memory of the largest fleet-wide backlog of the replay (all topics
+at once) plus a minute of traffic.</li>
 <li><b>Aggregation</b>: rows of several sources for one topic and interval are summed
 (counters); latency p50 is delivered-weighted, p99 the largest.</li>
 </ul>

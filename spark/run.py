@@ -136,13 +136,19 @@ def _compute(
         topics = planning.add_growth(topics, trend)
         fleet = sizing.fleet_series(sized)
     with progress.step("quota dry-run: replaying the history at the proposed quotas"):
-        names = planning.ladder(topics)
-        tried = sizing.with_topic(spark, rows, topics, ["proposed_qps", *names])
-        replayed = sizing.replay_summary(sizing.replay(tried, span.first_s, names), names)
+        replayed, backlog = sizing.replay_summary(sizing.replay(sized, span.first_s))
+        fleet = fleet.merge(backlog, on="interval_start", how="left").fillna(0.0)
         topics = topics.merge(replayed, on="tid", how="left")
         for column in replayed.columns:
             topics[column] = topics[column].fillna(0.0)
-        topics = planning.advise(topics, names, o.target_wait_s)
+        # Topics that wait too long are replayed again at higher quotas (only their rows).
+        slow = topics[~topics["idle"] & (topics["max_wait_s"] > o.target_wait_s)].copy()
+        names = planning.ladder(slow)
+        if len(slow):
+            tried = sizing.with_topic(spark, rows, slow, ["proposed_qps", *names])
+            higher = sizing.candidate_summary(sizing.replay(tried, span.first_s, names), names)
+            slow = slow.merge(higher, on="tid", how="left")
+        topics = planning.advise(topics, slow, names, o.target_wait_s)
         active = topics[~topics["idle"]]
         top = active.sort_values(["mean_rps", "p99_rps"], ascending=False).head(o.top)
         top_rows = sizing.series(sized, top, span.first_s)
@@ -235,6 +241,7 @@ def _summary(
         },
         "fleet": plan["fleet"],
         "timings_s": progress.timings,
+        "step_cpu_s": progress.cpu,
     }
 
 

@@ -73,8 +73,6 @@ def _local(builder: SparkSession.Builder, driver_memory: str) -> SparkSession.Bu
         .config("spark.default.parallelism", str(local_partitions()))
         .config("spark.ui.enabled", "false")
         .config("spark.sql.execution.arrow.pyspark.enabled", "true")
-        .config("spark.shuffle.compress", os.environ.get("X_SC", "true"))
-        .config("spark.sql.inMemoryColumnarStorage.compressed", os.environ.get("X_IC", "true"))
     )
 
 
@@ -113,6 +111,8 @@ class Progress:
         out: TextIO | None = None,
     ) -> None:
         self._tracker = None
+        self._spark: SparkSession | None = None
+        self.cpu: dict[str, float] = {}  # JVM CPU seconds per step (load-independent)
         if spark is not None:
             self.attach(spark)
         self._total = total
@@ -124,6 +124,7 @@ class Progress:
 
     def attach(self, spark: SparkSession) -> None:
         """Follow this session's stages from now on."""
+        self._spark = spark
         self._tracker = spark.sparkContext.statusTracker()
 
     @contextmanager
@@ -134,6 +135,7 @@ class Progress:
         stop = threading.Event()
         poller = threading.Thread(target=self._poll, args=(label, stop), daemon=True)
         started = time.monotonic()
+        cpu_before = cpu_seconds(self._spark) if self._spark is not None else None
         if self._tracker is not None and not self._quiet:
             poller.start()
         try:
@@ -144,6 +146,9 @@ class Progress:
                 poller.join()
         elapsed = time.monotonic() - started  # only a step that finished reports its time
         self.timings[name] = round(elapsed, 2)
+        cpu_after = cpu_seconds(self._spark) if self._spark is not None else None
+        if cpu_before is not None and cpu_after is not None:
+            self.cpu[name] = round(cpu_after - cpu_before, 1)
         self._say(f"{label}: {elapsed:.1f} s", redraw=True)
 
     def _poll(self, label: str, stop: threading.Event) -> None:

@@ -12,7 +12,8 @@ How the work is laid out (the shape that makes 10M rows fit in well under a minu
 2. :func:`narrow` keeps only what the per-topic passes need (``tid``, the interval, the jobs
    enqueued and delivered, backlog and quota), hash-partitioned by ``tid``, sorted by time and
    cached: the one shuffle of rows.
-3. :func:`rate_quantiles` and :func:`replay` each sort that cache within its partitions.
+3. :func:`rate_quantiles` gathers each topic's rates in one sorted array; :func:`replay` runs
+   its windows over the cache in the order it is stored (no sort).
 
 Definitions (``spark/README.md`` has the long form):
 
@@ -285,21 +286,36 @@ def replay(rows: DataFrame, origin_s: int, candidates: Sequence[str] = ()) -> Da
     )
 
 
-def replay_summary(replayed: DataFrame, candidates: Sequence[str] = ()) -> pd.DataFrame:
+def candidate_summary(replayed: DataFrame, candidates: Sequence[str]) -> pd.DataFrame:
+    """Per topic, the largest backlog at each candidate quota (``max_backlog_<name>``)."""
+    maxima = [F.max(f"backlog_{name}").alias(f"max_backlog_{name}") for name in candidates]
+    return replayed.groupBy("tid").agg(*maxima).toPandas()
+
+
+def replay_summary(replayed: DataFrame) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per topic: the largest backlog, its time, the longest wait and the longest time behind;
-    the largest backlog at each candidate quota (``max_backlog_<name>``)."""
-    return (
-        replayed.groupBy("tid")
-        .agg(
-            *[F.max(f"backlog_{name}").alias(f"max_backlog_{name}") for name in candidates],
-            F.max("backlog").alias("max_backlog"),
-            F.max_by(F.col("interval_start") + F.col("interval_s"), "backlog").alias("worst_at"),
-            F.max("wait_s").alias("max_wait_s"),
-            F.max("behind_s").alias("longest_behind_s"),
-            F.sum(F.when(F.col("backlog") >= BEHIND_JOBS, 1).otherwise(0)).alias("behind_rows"),
-        )
-        .toPandas()
+    per interval start: the fleet's replayed backlog (all topics at once).
+
+    One aggregation with two grouping sets, so the replay's windows run once for both.
+    """
+    both = replayed.groupingSets([["tid"], ["interval_start"]], "tid", "interval_start").agg(
+        F.grouping("tid").alias("_by_time"),
+        F.max("backlog").alias("max_backlog"),
+        F.max_by(F.col("interval_start") + F.col("interval_s"), "backlog").alias("worst_at"),
+        F.max("wait_s").alias("max_wait_s"),
+        F.max("behind_s").alias("longest_behind_s"),
+        F.sum(F.when(F.col("backlog") >= BEHIND_JOBS, 1).otherwise(0)).alias("behind_rows"),
+        F.sum("backlog").alias("replayed_backlog"),
     )
+    # Each set leaves the other's key null; 0 instead keeps the 64-bit ids exact in pandas
+    # (a null would make the column float).
+    keys = [F.coalesce(F.col(k), F.lit(0)).alias(k) for k in ("tid", "interval_start")]
+    frame = both.select(*keys, *[c for c in both.columns if c not in ("tid", "interval_start")])
+    frame = frame.toPandas()
+    by_time = frame["_by_time"] == 1
+    topics = frame.loc[~by_time].drop(columns=["_by_time", "interval_start", "replayed_backlog"])
+    fleet = frame.loc[by_time, ["interval_start", "replayed_backlog"]]
+    return topics.reset_index(drop=True), fleet.reset_index(drop=True)
 
 
 def series(rows: DataFrame, top: pd.DataFrame, origin_s: int) -> pd.DataFrame:

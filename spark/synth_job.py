@@ -56,7 +56,7 @@ def _midnight(text: str | None) -> int | None:
 def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> int:
     """Write the synthetic history for parsed flags; errors are ``EmqError``."""
     from capacity.split import DEFAULT_MAX_GROUP_QPS
-    from spark.session import Progress, spark_session
+    from spark.session import Progress, cpu_seconds, spark_session
     from spark.synth import SynthOptions, synthesize
 
     options = SynthOptions(
@@ -76,6 +76,7 @@ def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> in
         progress.attach(spark)
         with progress.step(f"writing {options.rows:,} rows to {args.out}"):
             result = synthesize(spark, options, args.out, overwrite=args.overwrite)
+        result["cpu_s"] = {"jvm": cpu_seconds(spark)}
     if args.json:
         print(json.dumps(result, indent=2))
     else:

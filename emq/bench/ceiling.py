@@ -6,7 +6,9 @@ Run in its own process by ``emq bench dispatch`` (W2), against the same sink pro
 worker, so ``jobs_per_s / requests_per_s`` says how much of the HTTP client's speed the
 worker's scheduling leaves. Tuned as the worker's push executor is, minus everything that is
 the worker's own work: one ``ClientSession``, ``DummyCookieJar``, no default headers, URLs built
-once, a fixed pool of sender tasks, the same small body a benchmark job carries.
+once, a fixed pool of sender tasks, the same small body a benchmark job carries; and the
+worker's garbage-collector settings (:func:`worker.main.tune_gc`), which matter at 256 requests
+at once.
 """
 
 from __future__ import annotations
@@ -21,6 +23,8 @@ import time
 import aiohttp
 import uvloop
 from yarl import URL
+
+from worker.main import tune_gc
 
 BODY = b'{"bench":true,"n":1}'
 
@@ -55,17 +59,18 @@ async def run(base: str, topics: int, concurrency: int, duration_s: float) -> di
         warm = time.perf_counter() + 0.5  # open the connections before the clock starts
         await asyncio.gather(*(_sender(session, urls, warm, [0, 0]) for _ in range(concurrency)))
         counts = [0, 0]
-        start = time.perf_counter()
+        start, cpu = time.perf_counter(), time.process_time()
         deadline = start + duration_s
         await asyncio.gather(
             *(_sender(session, urls, deadline, counts) for _ in range(concurrency))
         )
-        elapsed = time.perf_counter() - start
+        elapsed, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {
         "requests": counts[0],
         "failed_requests": counts[1],
         "seconds": round(elapsed, 3),
         "requests_per_s": round(counts[0] / elapsed, 1),
+        "cpu_us_per_request": round(cpu / max(1, counts[0]) * 1e6, 1),
         "concurrency": concurrency,
     }
 
@@ -77,6 +82,7 @@ def main() -> None:
     p.add_argument("--concurrency", type=int, default=256)
     p.add_argument("--duration-s", type=float, default=5.0)
     a = p.parse_args()
+    tune_gc()
     json.dump(uvloop.run(run(a.base, a.topics, a.concurrency, a.duration_s)), sys.stdout)
 
 

@@ -99,13 +99,13 @@ async def test_force_applies_and_reports_the_unknown_topic(
     assert shown["groups"] == 2
     captured = capsys.readouterr()
     result: dict[str, Any] = json.loads(captured.out)
-    status = {c["topic"]: c["status"] for c in result["changes"]}
-    assert status == {
-        "up": "applied",
-        "down": "applied",
-        "halve": "applied",
-        "same": "unchanged",
-        "ghost": "unknown",
+    outcome = {c["topic"]: (c["action"], c["result"]) for c in result["changes"]}
+    assert outcome == {
+        "up": ("raise", "applied"),
+        "down": ("lower", "applied"),
+        "halve": ("lower", "applied"),  # with --force
+        "same": ("unchanged", None),
+        "ghost": ("unknown", None),
     }
     assert "1 planned topic(s) not applied (1 unknown, 0 failed)" in captured.err
 
@@ -117,7 +117,8 @@ async def test_a_clean_plan_applies_with_exit_zero(
     async with live:
         assert await _apply(str(plan)) == 0
         assert (await _quotas(live))["up"] == 450
-    assert "1 applied, 0 failed" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "1 to raise" in out and "1 applied, 0 failed" in out and "raised" in out
 
 
 async def test_a_malformed_plan_is_one_line(
@@ -128,3 +129,11 @@ async def test_a_malformed_plan_is_one_line(
     assert await _apply(str(bad)) == 1
     err = capsys.readouterr().err
     assert err.startswith("emq: error:") and "topics[0].topic" in err and err.count("\n") == 1
+
+
+async def test_a_plan_naming_a_topic_twice_is_refused(
+    live: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path / "plan.json", [("acme", "up", 200, 2), ("acme", "up", 300, 2)])
+    assert await _apply(str(plan)) == 1
+    assert "topics[1]: plans online/acme/up again (topics[0])" in capsys.readouterr().err

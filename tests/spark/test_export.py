@@ -91,13 +91,16 @@ def test_repeated_exports_continue_where_the_last_stopped(
     assert _export(tmp_path / "h", capsys=capsys)["rows"] == 1
     table = pq.read_table(tmp_path / "h")
     assert sorted(table.column("interval_start").to_pylist()) == [MONDAY, MONDAY + 20]
+    # Going back over what this directory holds would count it twice: refused.
+    assert main(["history", "export", "--out", str(tmp_path / "h"), "--since", str(MONDAY)]) == 1
+    assert "already holds" in capsys.readouterr().err
 
 
 def test_open_intervals_wait_for_the_next_export(env: Settings, tmp_path: Path, capsys) -> None:
     now = int(time.time()) // 10 * 10
     _record(env, _sources(MONDAY) + _sources(now))
     result = _export(tmp_path / "h", capsys=capsys)
-    assert result["rows"] == 1 and result["watermark"] == MONDAY
+    assert result["rows"] == 1 and result["next_since"] == now  # the open interval, next time
 
 
 def test_export_can_coarsen_intervals(env: Settings, tmp_path: Path, capsys) -> None:
@@ -108,6 +111,11 @@ def test_export_can_coarsen_intervals(env: Settings, tmp_path: Path, capsys) -> 
     (row,) = pq.read_table(tmp_path / "h").to_pylist()
     assert (row["interval_s"], row["enqueued"], row["delivered"]) == (60, 6000, 4800)
     assert row["throttled_backlog"] == 17  # the largest end-of-interval backlog (10 + 7), no sum
+    # The next minute goes into the next export; the first minute is not exported twice.
+    _record(env, [r for i in range(6, 12) for r in _sources(MONDAY + 10 * i)])
+    assert _export(tmp_path / "h", "--interval-s", "60", capsys=capsys)["rows"] == 1
+    starts = pq.read_table(tmp_path / "h").column("interval_start").to_pylist()
+    assert sorted(starts) == [MONDAY, MONDAY + 60]
     # Another interval length into the same directory would mix them: refused.
     assert main(["history", "export", "--out", str(tmp_path / "h"), "--interval-s", "30"]) == 1
     assert "keep them" in capsys.readouterr().err
@@ -119,3 +127,18 @@ def test_export_refuses_a_synthetic_directory(env: Settings, tmp_path: Path, cap
     assert main(["history", "export", "--out", str(tmp_path / "h")]) == 1
     err = capsys.readouterr().err
     assert err.startswith("emq: error:") and "synth" in err and err.count("\n") == 1
+
+
+def test_an_export_plans(env: Settings, spark, tmp_path: Path, capsys) -> None:
+    """What ``emq demo`` does at its end: export, then plan on the export."""
+    _record(env, [r for i in range(360) for r in _sources(MONDAY + 10 * i)])  # an hour
+    _export(tmp_path / "h", capsys=capsys)
+    out = tmp_path / "plan"
+    assert (
+        main(["plan", "run", "--history", str(tmp_path / "h"), "--out", str(out), "--quiet"]) == 0
+    )
+    (topic,) = json.loads((out / "plan.json").read_text())["topics"]
+    assert (topic["tenant"], topic["topic"], topic["rate_source"]) == ("acme", "orders", "enqueued")
+    assert topic["rates"]["p99"] == 100  # 1000 jobs enqueued per 10 s
+    assert (topic["qps"], topic["groups"]) == (120, 1)  # x 1.2 headroom
+    assert topic["observed"]["p50_ms"] == 20 and topic["observed"]["max_throttled_backlog"] == 12

@@ -109,6 +109,8 @@ def test_fleet_sizing_is_n_plus_one(known: dict[str, Any]) -> None:
     assert fleet["demand_qps"] <= fleet["proposed_quota_sum"]
     assert fleet["redis_shards"] >= 1
     assert fleet["proposed_quota_sum"] == 100 + 1000 + 50 + 200 + 100
+    # Memory is sized on the most jobs queued at once in the replay: the burst's 60 000.
+    assert fleet["replayed_backlog_peak"] == 60_000
 
 
 def test_parquet_detail_and_report(known: dict[str, Any]) -> None:
