@@ -16,7 +16,7 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 from urllib.parse import urlsplit
 
 from emq.errors import InvalidInput, PayloadTooLarge
@@ -462,6 +462,34 @@ def new_job_id(now_ms: int | None = None) -> str:
     return "msg_" + "".join(reversed(chars))
 
 
+class Delivery(NamedTuple):
+    """What a worker needs to push a stored job, read from the envelope's decoded JSON without
+    building its :class:`Job` (the worker's hot path; :meth:`Envelope.from_dict` for the rest)."""
+
+    id: str
+    url: str
+    method: str
+    headers: dict[str, str]
+    body: str | None
+    attempt: int
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Delivery:
+        j = d["job"]
+        return cls(
+            d["id"],
+            j["url"],
+            j.get("method", "POST"),
+            j.get("headers", {}),
+            j.get("body"),
+            d.get("a", 0),
+        )
+
+
+_METHODS = {m.value: m for m in Method}  # a dict lookup is 5x cheaper than Method(value)
+_PRIORITIES = {p.value: p for p in Priority}
+
+
 @dataclass(frozen=True, slots=True)
 class Envelope:
     """A job as stored in a queue: its id, when it was accepted, and failed attempts so far.
@@ -482,16 +510,20 @@ class Envelope:
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Envelope:
-        d = json.loads(raw)
+        return cls.from_dict(json.loads(raw))
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Envelope:
+        """From the decoded JSON of :meth:`encode` (the worker decodes with a faster parser)."""
         j = d["job"]
         job = Job(
-            url=j["url"],
-            method=Method(j.get("method", "POST")),
-            headers=j.get("headers", {}),
-            body=j.get("body"),
-            priority=Priority(j.get("priority", "medium")),
-            key=j.get("key"),
-            idempotency_key=j.get("idempotency_key"),
-            delay_s=j.get("delay_s", 0.0),
+            j["url"],
+            _METHODS[j.get("method", "POST")],
+            j.get("headers", {}),
+            j.get("body"),
+            _PRIORITIES[j.get("priority", "medium")],
+            j.get("key"),
+            j.get("idempotency_key"),
+            j.get("delay_s", 0.0),
         )
-        return cls(id=d["id"], job=job, enqueued_ms=d["t"], attempt=d.get("a", 0))
+        return cls(d["id"], job, d["t"], d.get("a", 0))

@@ -63,7 +63,15 @@ RULES = {
     "worker": Rule(
         frozenset({"emq.core", "capacity", "allocator"}),
         frozenset(
-            {"aiohttp", "uvloop", "yarl", "multidict", "prometheus_client", "standardwebhooks"}
+            {
+                "aiohttp",
+                "uvloop",
+                "yarl",
+                "multidict",
+                "orjson",
+                "prometheus_client",
+                "standardwebhooks",
+            }
         ),
         frozenset({"redis", "pyspark"}),
     ),

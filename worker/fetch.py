@@ -114,7 +114,7 @@ class Fetcher:
             progress, buffer = g.progress[q], g.filling()[i]
             for e in entries:
                 progress.fetched(e.offset)
-                buffer.append(Buffered(q, e.offset, e.payload, mono))
+                buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
             touched.add(g)
         for g in {g for g, _ in owners.values()}:
             if all(g.exhausted):

@@ -8,13 +8,26 @@ it releases it or is fenced. Its three buffers hold fetched jobs in offset order
 from __future__ import annotations
 
 import time
+from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
+from typing import Any
+
+import orjson
 
 from capacity.priority import WeightedPlanner
 from capacity.rate import QpsCounter
 from emq.interfaces import Checkpoint, Offset
-from emq.model import PRIORITIES, Envelope, GroupRef, PriorityMode, QueueRef, Topic, TopicRef
+from emq.model import (
+    PRIORITIES,
+    Delivery,
+    Envelope,
+    GroupRef,
+    PriorityMode,
+    QueueRef,
+    Topic,
+    TopicRef,
+)
 from worker.progress import Progress
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
@@ -26,23 +39,44 @@ class Buffered:
     Its payload is decoded when the job is first looked at (when it is pushed), not when it is
     fetched: a worker holds seconds of quota of every group it owns, and a decoded envelope is
     several objects that each garbage collection walks again while the job waits (a quarter to a
-    third of the worker's CPU in ``emq bench dispatch`` W2). Decoded once either way.
+    third of the worker's CPU in ``emq bench dispatch`` W2). Decoded once either way: the push
+    reads a :class:`~emq.model.Delivery` off the decoded JSON; only a failure (retry, dead
+    letter) builds the whole :class:`~emq.model.Envelope`.
     """
 
-    __slots__ = ("_envelope", "fetched_at", "offset", "payload", "queue")
+    __slots__ = ("_decoded", "_envelope", "fetched_at", "offset", "payload", "progress", "queue")
 
-    def __init__(self, queue: QueueRef, offset: Offset, payload: bytes, fetched_at: float) -> None:
+    def __init__(
+        self,
+        queue: QueueRef,
+        offset: Offset,
+        payload: bytes,
+        fetched_at: float,
+        progress: Progress,
+    ) -> None:
         self.queue = queue
         self.offset = offset
         self.payload = payload
         self.fetched_at = fetched_at  # monotonic
+        self.progress = progress  # its queue's window (no lookup by queue when it finishes)
+        self._decoded: dict[str, Any] | None = None
         self._envelope: Envelope | None = None
+
+    def _json(self) -> dict[str, Any]:
+        decoded = self._decoded
+        if decoded is None:
+            decoded = self._decoded = orjson.loads(self.payload)
+        return decoded
+
+    @property
+    def delivery(self) -> Delivery:
+        return Delivery.from_dict(self._json())
 
     @property
     def envelope(self) -> Envelope:
         envelope = self._envelope
         if envelope is None:
-            envelope = self._envelope = Envelope.decode(self.payload)
+            envelope = self._envelope = Envelope.from_dict(self._json())
         return envelope
 
 
@@ -65,11 +99,7 @@ class LatencyHistogram:
         return out
 
     def add(self, ms: float) -> None:
-        for i, bound in enumerate(LATENCY_BUCKETS_MS):
-            if ms <= bound:
-                self.counts[i] += 1
-                return
-        self.counts[-1] += 1
+        self.counts[bisect_left(LATENCY_BUCKETS_MS, ms)] += 1  # the first bound >= ms, or over
 
     def quantile(self, q: float) -> float:
         total = sum(self.counts)
@@ -98,10 +128,11 @@ class TopicStats:
 class TopicState:
     """One owned topic: its configuration, its endpoint's in-flight count, its stats."""
 
-    __slots__ = ("groups", "in_flight", "stats", "topic")
+    __slots__ = ("endpoint", "groups", "in_flight", "stats", "topic")
 
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
+        self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key
         self.in_flight = 0
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}

@@ -33,8 +33,8 @@ from emq.interfaces import (
     PushRequest,
     QueueBackend,
 )
-from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
-from worker.dispatch import Dispatcher
+from emq.model import GroupRef, Namespace, Topic, TopicRef
+from worker.dispatch import Dispatcher, Handoff
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
@@ -81,8 +81,8 @@ class Worker:
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics
         )
-        self._sends: asyncio.Queue[tuple[GroupState, Buffered]] = asyncio.Queue()
-        self._dirty: dict[QueueRef, GroupState] = {}
+        self._sends: Handoff[tuple[GroupState, Buffered]] = Handoff()
+        self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._checkpoints = 0
@@ -287,8 +287,7 @@ class Worker:
         if not group.dropped:
             log.warning("dropping %s: %s", group.ref, reason)
             self._forget(group)
-            for q in group.queues():
-                self._dirty.pop(q, None)
+            self._dirty.discard(group)
 
     # ------------------------------------------------------------------ the hot path
 
@@ -342,26 +341,26 @@ class Worker:
     async def _push(self, group: GroupState, item: Buffered) -> None:
         if not self.assignment.may_dispatch() and not await self._cleared(group):
             return
-        env = item.envelope
-        job = env.job
-        topic = group.topic.topic
-        body = job.body if job.body is not None else ""
-        headers = dict(job.headers)
-        headers |= (
-            signature_headers(topic.secret, env.id, time.time(), body) if topic.secret else {}
-        )
+        job = item.delivery
+        state = group.topic
+        secret = state.topic.secret
+        if secret:
+            body = job.body if job.body is not None else ""
+            headers = job.headers | signature_headers(secret, job.id, time.time(), body)
+        else:
+            headers = dict(job.headers)
         request = PushRequest(
             job.url,
-            job.method.value,
+            job.method,
             headers,
             job.body.encode() if job.body is not None else None,
-            str(topic.ref),
+            state.endpoint,
         )
         try:
             result = await self.pusher.push(request)
         except DestinationRefused as e:
             if not group.dropped:
-                self.outcomes.dead(group, item, e.message, None, env.attempt + 1)
+                self.outcomes.dead(group, item, e.message, None, job.attempt + 1)
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
@@ -372,8 +371,8 @@ class Worker:
 
     def _finish(self, group: GroupState, item: Buffered) -> None:
         if not group.dropped:
-            group.progress[item.queue].finished(item.offset)
-            self._dirty[item.queue] = group
+            item.progress.finished(item.offset)
+            self._dirty.add(group)
 
     # ------------------------------------------------------------------ checkpoints
 
@@ -387,8 +386,8 @@ class Worker:
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (one round trip)."""
-        groups = {g for g in self._dirty.values() if not g.dropped}
-        self._dirty = {}
+        groups = {g for g in self._dirty if not g.dropped}
+        self._dirty = set()
         await self._write_checkpoints(list(groups))
 
     async def _write_checkpoints(self, groups: list[GroupState]) -> None:
@@ -402,9 +401,7 @@ class Worker:
         try:
             fenced = await self.queues.write_checkpoints(items)
         except BackendUnavailable:
-            for g in groups:
-                for q in g.queues():
-                    self._dirty[q] = g
+            self._dirty.update(groups)
             raise
         self._drop_fenced(fenced, "fenced at checkpoint")
         self._checkpoints += 1

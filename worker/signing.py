@@ -1,27 +1,43 @@
 """Standard Webhooks signatures (``webhook-id``, ``webhook-timestamp``, ``webhook-signature``).
 
-Uses the reference ``standardwebhooks`` package, so what we sign is what receivers verify. One
-``Webhook`` object per topic secret is cached: building one decodes the secret.
+The secret is decoded by the reference ``standardwebhooks`` package (``whsec_`` prefix, base64,
+padding), once per secret. The signature itself is computed here rather than by
+``Webhook.sign``: that call builds a ``datetime``, keys a new HMAC and makes two strings per
+job, 3 µs of a worker's ~15 µs budget per job; here the HMAC keyed once per secret is copied
+(the key's padding is hashed once, not per job), 1 µs. The
+scheme is the spec's ``v1,`` + base64(HMAC-SHA256(key, "id.timestamp.body")), and the tests
+check every signature against ``Webhook.sign`` and ``Webhook.verify``.
 """
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+import hashlib
+import hmac
+from binascii import b2a_base64
 from functools import lru_cache
 
 from standardwebhooks import Webhook
 
 
 @lru_cache(maxsize=4096)
-def _webhook(secret: str) -> Webhook:
-    return Webhook(secret)
+def keyed(secret: str) -> hmac.HMAC:
+    """An HMAC-SHA256 keyed with a ``whsec_...`` secret decoded as the reference package does
+    (``Webhook._whsecret``: the package has no public accessor); copy it, never update it."""
+    return hmac.new(Webhook(secret)._whsecret, digestmod=hashlib.sha256)
+
+
+def signature(key: hmac.HMAC, message_id: str, timestamp: int, body: str) -> str:
+    """``v1,<base64>``: the ``webhook-signature`` of ``body`` sent as ``message_id``."""
+    mac = key.copy()
+    mac.update(f"{message_id}.{timestamp}.{body}".encode())
+    return "v1," + b2a_base64(mac.digest(), newline=False).decode()
 
 
 def signature_headers(secret: str, message_id: str, now: float, body: str) -> dict[str, str]:
     """The three headers for ``body`` sent as message ``message_id`` at ``now`` (epoch seconds)."""
-    stamp = datetime.fromtimestamp(int(now), tz=UTC)
+    stamp = int(now)
     return {
         "webhook-id": message_id,
-        "webhook-timestamp": str(int(now)),
-        "webhook-signature": _webhook(secret).sign(message_id, stamp, body),
+        "webhook-timestamp": str(stamp),
+        "webhook-signature": signature(keyed(secret), message_id, stamp, body),
     }

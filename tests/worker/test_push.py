@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import base64
 import ipaddress
 import json
 import time
 from collections.abc import AsyncIterator
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from aiohttp import web
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
 from emq.errors import DestinationRefused
@@ -228,3 +232,21 @@ def test_retry_after_forms() -> None:
     assert parse_retry_after("soon", now) is None
     assert parse_retry_after(None, now) is None
     assert parse_retry_after("99999999", now) == 24 * 3600.0
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    secret=st.binary(min_size=1, max_size=64),
+    prefixed=st.booleans(),
+    message_id=st.text(min_size=1, max_size=40),
+    stamp=st.integers(min_value=0, max_value=2**34),
+    body=st.text(max_size=300),
+)
+def test_signatures_are_the_reference_packages(
+    secret: bytes, prefixed: bool, message_id: str, stamp: int, body: str
+) -> None:
+    text = ("whsec_" if prefixed else "") + base64.b64encode(secret).decode()
+    ours = signature_headers(text, message_id, stamp + 0.75, body)
+    when = datetime.fromtimestamp(stamp, tz=UTC)
+    assert ours["webhook-signature"] == Webhook(text).sign(message_id, when, body)
+    assert ours["webhook-timestamp"] == str(stamp) and ours["webhook-id"] == message_id

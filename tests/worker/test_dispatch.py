@@ -1,0 +1,43 @@
+"""The handoff from the dispatcher to the sender pool."""
+
+from __future__ import annotations
+
+import asyncio
+
+from worker.dispatch import Handoff
+
+
+async def test_the_handoff_gives_every_item_to_one_sender_in_order() -> None:
+    handoff: Handoff[int] = Handoff()
+    got: list[tuple[int, int]] = []
+
+    async def sender(n: int) -> None:
+        while True:
+            item = await handoff.get()
+            got.append((n, item))
+            await asyncio.sleep(0)  # another sender may run meanwhile
+
+    senders = [asyncio.create_task(sender(n)) for n in range(4)]
+    await asyncio.sleep(0)  # all four wait
+    for i in range(100):
+        handoff.put_nowait(i)
+    for _ in range(30):
+        await asyncio.sleep(0)
+    assert [item for _, item in got] == list(range(100))  # each once, in order
+    assert len({n for n, _ in got}) > 1  # the work was shared
+    assert handoff.qsize() == 0
+    for s in senders:
+        s.cancel()
+    await asyncio.gather(*senders, return_exceptions=True)
+
+
+async def test_a_sender_cancelled_as_it_is_woken_passes_the_item_on() -> None:
+    handoff: Handoff[str] = Handoff()
+    first = asyncio.create_task(handoff.get())
+    await asyncio.sleep(0)
+    second = asyncio.create_task(handoff.get())
+    await asyncio.sleep(0)
+    handoff.put_nowait("job")  # wakes the first waiter...
+    first.cancel()  # ...which is cancelled before it runs
+    assert await asyncio.wait_for(second, 1.0) == "job"
+    assert first.cancelled() and handoff.qsize() == 0
