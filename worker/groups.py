@@ -124,15 +124,20 @@ class TopicStats:
     dead_lettered: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
 
+    def version(self) -> int:
+        """Grows with every change (latency is only added with a delivery): equal, unchanged."""
+        return self.delivered + self.failed + self.retried + self.dead_lettered
+
 
 class TopicState:
     """One owned topic: its configuration, its endpoint's in-flight count, its stats."""
 
-    __slots__ = ("endpoint", "groups", "in_flight", "stats", "topic")
+    __slots__ = ("endpoint", "groups", "in_flight", "metrics_version", "stats", "topic")
 
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
-        self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key
+        self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
+        self.metrics_version = 0  # stats.version() when the metrics last moved
         self.in_flight = 0
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}

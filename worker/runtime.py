@@ -45,6 +45,8 @@ from worker.signing import signature_headers
 
 log = logging.getLogger(__name__)
 
+MIN_HANDOFF = 256  # jobs the dispatcher may leave waiting for a sender
+
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
 TRIM_EVERY = 10  # checkpoints
@@ -301,7 +303,9 @@ class Worker:
         self.fetcher.want(group)
 
     async def _dispatch_loop(self) -> None:
-        limit = self.settings.senders
+        # Jobs handed to the senders and not yet taken: at least a tick's worth at full speed,
+        # else a small pool idles between ticks (64 senders capped a worker at 64 jobs a tick).
+        limit = max(MIN_HANDOFF, self.settings.senders)
         while True:
             may_dispatch = self._heed_assignment()
             budget = limit - self._sends.qsize()

@@ -117,7 +117,7 @@ async def sleep_until(wall: float) -> None:
 
 
 W2_TOPICS = [f"w2-{i:04d}" for i in range(1000)]
-W2_FEWER_SENDERS = 64  # also measured: aiohttp costs ~40 % more CPU per request at 256 at once
+W2_FEWER_SENDERS = 64
 
 
 async def _w2_preload(h: Harness, jobs: int) -> int:

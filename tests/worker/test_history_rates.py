@@ -1,0 +1,44 @@
+"""Delivered/s per topic, published every second for the API and the demo's live view."""
+
+from __future__ import annotations
+
+from adapters.redis_history import MemoryHistoryStore
+from emq.model import Namespace, Topic, TopicRef
+from worker.groups import TopicState
+from worker.history import HistoryRecorder
+from worker.metrics import WorkerMetrics
+
+
+class Recorded(MemoryHistoryStore):
+    """Keeps what every publication carried."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.published: list[dict[str, float]] = []
+
+    async def publish_rates(self, source, rates) -> None:  # type: ignore[no-untyped-def]
+        self.published.append(dict(rates))
+        await super().publish_rates(source, rates)
+
+
+async def test_only_moving_topics_are_published_and_a_stop_once_as_zero() -> None:
+    refs = [TopicRef(Namespace.ONLINE, "acme", name) for name in ("busy", "idle")]
+    topics = {ref: TopicState(Topic(ref, 100)) for ref in refs}
+    busy = topics[refs[0]]
+    store = Recorded()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+
+    async def second(delivered: int) -> dict[str, float]:
+        busy.stats.delivered += delivered
+        recorder.sync_metrics(topics)
+        await recorder._publish_rates()
+        return store.published[-1] if store.published else {}
+
+    rates = await second(50)
+    assert set(rates) == {"online/acme/busy"}  # the idle topic never moved: never published
+    assert rates["online/acme/busy"] > 0
+    assert await second(0) == {"online/acme/busy": 0.0}  # stopped: published once as 0
+    count = len(store.published)
+    await second(0)
+    assert len(store.published) == count  # both idle: nothing was published
+    assert await store.rate("online/acme/busy") == 0.0
