@@ -13,6 +13,7 @@ import logging
 import os
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import Any, NoReturn
 from urllib.parse import urlsplit
 
@@ -167,6 +168,19 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.name == "all":
+        from emq.bench import suite
+
+        # Checked before the first part runs, not minutes later when the plan bench starts.
+        if args.duration_s <= 0:
+            raise EmqError("--duration-s must be greater than 0")
+        if args.rows < suite.MIN_ROWS:
+            raise EmqError(f"--rows must be at least {suite.MIN_ROWS} (one topic-week of minutes)")
+        doc = suite.run(args.duration_s, args.rows, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else doc["markdown"])
+        return 0
     if args.name == "plan":
         from emq.capacity_commands import cmd_bench_plan
 
@@ -259,7 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan"])
+    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "all"])
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
@@ -273,6 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
     )
+    bench.add_argument("--out", metavar="FILE", help="all: also write the JSON document to FILE")
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)
 

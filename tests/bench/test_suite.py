@@ -1,0 +1,69 @@
+"""``emq bench all``: every part runs for real (shortened), and the one document and its README
+table carry every figure with its target. A benchmark, not a timed test: no figure is asserted."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+from emq.bench import dispatch, enqueue, suite
+from spark import bench as plan_bench
+
+
+@pytest.fixture(scope="module")
+def doc() -> dict[str, Any]:
+    """The suite with each part shortened: 1 s runs, W5 alone, a small fleet, a one-topic plan."""
+    runs = dict(suite._RUNS)
+    shortened = {
+        "enqueue": lambda d, r: enqueue.run(duration_s=1.0),
+        "dispatch": lambda d, r: {"results": [dispatch.run("W5", duration_s=1.0)]},
+        "fleet": lambda d, r: runs["fleet"](d, r),
+        "plan": lambda d, r: plan_bench.run(rows=suite.MIN_ROWS) | {"machine": {}},
+    }
+    suite._RUNS.update(shortened)
+    try:
+        return suite.run(duration_s=1.0, rows=suite.MIN_ROWS)
+    finally:
+        suite._RUNS.update(runs)
+
+
+def test_one_document_holds_every_part_with_the_machine(doc: dict[str, Any]) -> None:
+    assert doc["bench"] == "all" and set(doc["results"]) == set(suite.PARTS)
+    assert doc["machine"]["cores"] >= 1 and doc["date"].count("-") == 2
+    assert doc["results"]["enqueue"]["jobs_per_s"] > 0
+    assert doc["results"]["dispatch"]["results"][0]["samples"] > 0
+    assert doc["results"]["fleet"]["groups"] == suite.FLEET_GROUPS
+    assert doc["results"]["plan"]["plan"]["rows"] == suite.MIN_ROWS
+    json.dumps(doc)  # one JSON document
+
+
+def test_the_table_has_a_line_per_figure_with_its_verdict(doc: dict[str, Any]) -> None:
+    lines = doc["markdown"].splitlines()
+    assert lines[0].startswith(f"Measured {doc['date']} on ")
+    assert lines[2] == "| benchmark | figure | measured | target | met |"
+    body = lines[4:]
+    assert len(body) == len(suite.rows_of(doc))
+    by_part = {line.split(" | ")[0].lstrip("| ") for line in body}
+    assert by_part == {"enqueue", "dispatch W5", "fleet", "plan"}
+    p99 = next(line for line in body if "| p99_ms |" in line)
+    met = doc["results"]["dispatch"]["results"][0]["pass"]["p99_ms"]
+    assert p99.endswith("| yes |" if met else "| **no** |") and "<= 20" in p99
+    verdicts = [met for *_, met in suite.rows_of(doc) if met is not None]
+    assert doc["pass"] == all(verdicts)
+
+
+def test_bad_arguments_fail_at_once_with_one_line() -> None:
+    for args in (["--rows", "5"], ["--duration-s", "0"]):
+        done = subprocess.run(
+            [sys.executable, "-m", "emq", "bench", "all", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.startswith("emq: error: --") and done.stderr.count("\n") == 1
