@@ -37,6 +37,9 @@ class WorkerMetrics:
         self.in_flight = Gauge("emq_worker_in_flight_jobs", "Pushes in flight", registry=r)
         self.groups = Gauge("emq_worker_groups", "Groups owned", registry=r)
         self.loop_lag = Gauge("emq_worker_event_loop_lag_seconds", "Event-loop lag", registry=r)
+        self.send_limit = Gauge(
+            "emq_worker_send_limit", "Pushes allowed at once (fewer when CPU-bound)", registry=r
+        )
         self.fetches = Counter(
             "emq_worker_fetch_round_trips_total", "Fetch round trips", registry=r
         )

@@ -34,7 +34,7 @@ from emq.interfaces import (
     QueueBackend,
 )
 from emq.model import GroupRef, Namespace, Topic, TopicRef
-from worker.dispatch import Dispatcher, Handoff
+from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
@@ -83,7 +83,10 @@ class Worker:
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics
         )
-        self._sends: Handoff[tuple[GroupState, Buffered]] = Handoff()
+        self._sends: Handoff[tuple[GroupState, Buffered]] = Handoff(settings.senders)
+        self.governor = SendGovernor(settings.senders, settings.senders_min)
+        self._push_started = [0.0] * settings.senders  # per sender: monotonic, 0 when idle
+        self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
@@ -95,6 +98,7 @@ class Worker:
     async def run(self, stop: asyncio.Event) -> None:
         """Run until ``stop`` is set, then shut down gracefully."""
         log.info("worker %s starting (namespace %s)", self.id, self.namespace.value)
+        self.metrics.send_limit.set(self._sends.limit)
         self._start("topics", self._watch_topics())
         self._start("assignment", self._follow_assignment())
         self._start("fetch", self.fetcher.run())
@@ -103,7 +107,7 @@ class Worker:
         self._start("sweep", self.fetcher.sweep())
         self._start("dispatch", self._dispatch_loop())
         for i in range(self.settings.senders):
-            self._start(f"sender-{i}", self._sender())
+            self._start(f"sender-{i}", self._sender(i))
         self._start("outcomes", self.outcomes.run())
         self._start("checkpoint", self._checkpoint_loop())
         self._start("history", self.recorder.run(self.topics))
@@ -309,9 +313,22 @@ class Worker:
         while True:
             may_dispatch = self._heed_assignment()
             budget = limit - self._sends.qsize()
+            mono = time.monotonic()
             if budget > 0 and may_dispatch:
-                self.dispatcher.dispatch(budget, time.time(), time.monotonic())
+                self.dispatcher.dispatch(budget, time.time(), mono)
+            if mono >= self._govern_at:
+                self._govern(mono)
             await self.dispatcher.pause()
+
+    def _govern(self, mono: float) -> None:
+        """Let the governor move the number of pushes at once (see SendGovernor)."""
+        gov = self.governor
+        self._govern_at = mono + gov.period_s
+        stuck = sum(1 for t in self._push_started if t and mono - t > gov.stuck_s)
+        limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
+        if limit is not None and limit != self._sends.limit:
+            self._sends.set_limit(limit)
+            self.metrics.send_limit.set(limit)
 
     def _heed_assignment(self) -> bool:
         """Pause fetching while the assignment source is cut off from its coordinator; True
@@ -332,13 +349,16 @@ class Worker:
             await asyncio.sleep(self.settings.tick_s)
         return not group.dropped
 
-    async def _sender(self) -> None:
-        sends = self._sends
+    async def _sender(self, i: int) -> None:
+        sends, started = self._sends, self._push_started
         while True:
             group, item = await sends.get()
+            started[i] = time.monotonic()
             try:
                 await self._push(group, item)
             finally:
+                started[i] = 0.0
+                sends.done()
                 group.topic.in_flight -= 1
                 group.in_flight -= 1
 

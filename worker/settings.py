@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from emq.errors import ConfigError
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
@@ -11,6 +13,7 @@ class WorkerSettings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9101  # 0 turns the metrics server off
     senders: int = 256  # fixed pool of HTTP sender tasks
+    senders_min: int = 32  # pushes at once when the worker's CPU is the limit (= senders: fixed)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     max_response_bytes: int = 64 * 1024
@@ -22,3 +25,9 @@ class WorkerSettings:
     retain_entries: int = 0  # entries kept below a checkpoint for replay
     shutdown_grace_s: float = 10.0
     aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
+
+    def __post_init__(self) -> None:
+        for name in ("senders", "senders_min"):
+            value = getattr(self, name)
+            if value < 1:
+                raise ConfigError(f"EMQ_WORKER_{name.upper()} must be at least 1, got {value}")

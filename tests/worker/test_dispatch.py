@@ -41,3 +41,30 @@ async def test_a_sender_cancelled_as_it_is_woken_passes_the_item_on() -> None:
     first.cancel()  # ...which is cancelled before it runs
     assert await asyncio.wait_for(second, 1.0) == "job"
     assert first.cancelled() and handoff.qsize() == 0
+
+
+async def test_a_burst_reaches_every_idle_sender_at_once() -> None:
+    """Each sender holds its job (a push in flight): the wake-up chain must start all four."""
+    handoff: Handoff[int] = Handoff()
+    started: list[int] = []
+    hold = asyncio.Event()
+
+    async def sender() -> None:
+        while True:
+            started.append(await handoff.get())
+            await hold.wait()
+
+    senders = [asyncio.create_task(sender()) for _ in range(4)]
+    await asyncio.sleep(0)
+    for i in range(6):
+        handoff.put_nowait(i)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sorted(started) == [0, 1, 2, 3] and handoff.qsize() == 2  # four in flight, two wait
+    hold.set()
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert sorted(started) == [0, 1, 2, 3, 4, 5]
+    for s in senders:
+        s.cancel()
+    await asyncio.gather(*senders, return_exceptions=True)
