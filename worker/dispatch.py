@@ -214,6 +214,7 @@ class SendGovernor:
         self.senders = senders
         self.floor = min(floor, senders)
         self.limit = senders
+        self.lowest = senders  # the smallest limit so far (for operators and benchmarks)
         self.period_s = period_s
         self.busy = busy
         self.idle = idle
@@ -234,6 +235,7 @@ class SendGovernor:
         self._at, self._cpu = mono, cpu
         if share >= self.busy:
             self.limit = max(self.floor, self.limit * 4 // 5)
+            self.lowest = min(self.lowest, self.limit)
         elif share < self.idle and waiting:
             self.limit = min(self.senders, self.limit + max(4, self.limit // 4))
         return min(self.senders, self.limit + stuck)

@@ -114,6 +114,8 @@ class Control:
             "in_flight": sum(t.in_flight for t in w.topics.values()),
             "buffered": sum(g.buffered() for g in w.groups.values()),
             "fetch_round_trips": w.fetcher.reads,
+            "send_limit": w.governor.limit,
+            "send_limit_lowest": w.governor.lowest,
         }
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))

@@ -66,3 +66,28 @@ async def test_the_sink_counts_keeps_alive_and_never_answers_a_hang() -> None:
     assert counts["requests"] == 2 and counts["hung"] == 1
     assert sum(counts["per_second"]["a"].values()) == 1
     assert len(counts["latency_ms"]["b"]) == 1 and "a" not in counts["latency_ms"]
+
+
+def test_a_short_w2_run_saturates_the_worker_and_the_governor_sheds_senders() -> None:
+    """W2 end to end: ceilings and two workers; the backlogged worker's loop is saturated, so
+    its send governor lowered the pushes at once below the 256 senders (a real worker, a real
+    sink, real Redis)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+    env["EMQ_LOG_LEVEL"] = "WARNING"
+    argv = [sys.executable, "-m", "emq", "bench", "dispatch", "--workload", "W2"]
+    done = subprocess.run(
+        [*argv, "--duration-s", "1.5", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout)
+    assert result.keys() >= SHAPE and result["workload"] == "W2"
+    assert result["delivered_at_sink"] == result["jobs"] > 0  # every job, once
+    status = result["worker_status"]
+    assert status["delivered"] == result["jobs"]
+    assert status["send_limit_lowest"] < result["senders"] == 256
+    assert len(result["ceilings"]) == 3 and all(c["requests"] > 0 for c in result["ceilings"])
