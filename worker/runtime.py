@@ -45,7 +45,7 @@ from worker.signing import signature_headers
 
 log = logging.getLogger(__name__)
 
-MIN_HANDOFF = 256  # jobs the dispatcher may leave waiting for a sender
+MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
@@ -307,12 +307,13 @@ class Worker:
         self.fetcher.want(group)
 
     async def _dispatch_loop(self) -> None:
-        # Jobs handed to the senders and not yet taken: at least a tick's worth at full speed,
-        # else a small pool idles between ticks (64 senders capped a worker at 64 jobs a tick).
-        limit = max(MIN_HANDOFF, self.settings.senders)
+        # Jobs handed to the senders and not yet taken: as many as may be pushed at once, and at
+        # least a tick's worth at full speed (else a small pool idles between ticks). No more:
+        # a job waiting here has its quota taken already, and one that waits into the next
+        # wall-clock second shows there as one over the quota.
         while True:
             may_dispatch = self._heed_assignment()
-            budget = limit - self._sends.qsize()
+            budget = max(MIN_HANDOFF, self._sends.limit) - self._sends.qsize()
             mono = time.monotonic()
             if budget > 0 and may_dispatch:
                 self.dispatcher.dispatch(budget, time.time(), mono)
@@ -351,16 +352,19 @@ class Worker:
 
     async def _sender(self, i: int) -> None:
         sends, started = self._sends, self._push_started
-        while True:
-            group, item = await sends.get()
-            started[i] = time.monotonic()
-            try:
-                await self._push(group, item)
-            finally:
-                started[i] = 0.0
-                sends.done()
-                group.topic.in_flight -= 1
-                group.in_flight -= 1
+        try:
+            while True:
+                group, item = await sends.get()
+                started[i] = time.monotonic()
+                try:
+                    await self._push(group, item)
+                finally:
+                    started[i] = 0.0
+                    sends.done()
+                    group.topic.in_flight -= 1
+                    group.in_flight -= 1
+        finally:
+            sends.leave()
 
     async def _push(self, group: GroupState, item: Buffered) -> None:
         if not self.assignment.may_dispatch() and not await self._cleared(group):

@@ -13,7 +13,7 @@ class WorkerSettings:
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9101  # 0 turns the metrics server off
     senders: int = 256  # fixed pool of HTTP sender tasks
-    senders_min: int = 32  # pushes at once when the worker's CPU is the limit (= senders: fixed)
+    senders_min: int = 64  # pushes at once when the worker's CPU is the limit (= senders: fixed)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     max_response_bytes: int = 64 * 1024

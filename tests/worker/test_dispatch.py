@@ -68,3 +68,39 @@ async def test_a_burst_reaches_every_idle_sender_at_once() -> None:
     for s in senders:
         s.cancel()
     await asyncio.gather(*senders, return_exceptions=True)
+
+
+async def test_the_limit_caps_jobs_held_and_a_raise_wakes_waiting_senders() -> None:
+    handoff: Handoff[int] = Handoff(limit=2)
+    holding: list[int] = []
+    release = asyncio.Event()
+
+    async def sender(n: int) -> None:
+        try:
+            while True:
+                await handoff.get()
+                holding.append(n)
+                await release.wait()
+                holding.remove(n)
+                handoff.done()
+        finally:
+            handoff.leave()
+
+    senders = [asyncio.create_task(sender(n)) for n in range(4)]
+    await asyncio.sleep(0)
+    for i in range(10):
+        handoff.put_nowait(i)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(holding) == 2 == handoff.holding and handoff.qsize() == 8
+    handoff.set_limit(4)
+    for _ in range(10):
+        await asyncio.sleep(0)
+    assert len(holding) == 4 and handoff.qsize() == 6
+    release.set()
+    for _ in range(40):
+        await asyncio.sleep(0)
+    assert handoff.qsize() == 0  # the rest went through the four
+    for s in senders:
+        s.cancel()
+    await asyncio.gather(*senders, return_exceptions=True)

@@ -24,17 +24,17 @@ def _run(gov: SendGovernor, shares: list[float], waiting: int = 100, stuck: int 
 
 
 def test_a_saturated_loop_sheds_concurrency_down_to_the_floor() -> None:
-    limits = _run(SendGovernor(256, 32), [1.0] * 20)
-    assert limits[0] == 204 and limits == sorted(limits, reverse=True)
-    assert limits[-1] == 32  # never under the floor
+    limits = _run(SendGovernor(256, 64), [1.0] * 20)
+    assert limits[0] == 192 and limits == sorted(limits, reverse=True)
+    assert limits[-1] == 64  # never under the floor
 
 
 def test_an_idle_loop_with_jobs_waiting_grows_back_to_every_sender() -> None:
-    gov = SendGovernor(256, 32)
+    gov = SendGovernor(256, 64)
     _run(gov, [1.0] * 20)
     assert _run(gov, [0.5] * 20)[-1] == 256
     # Between the thresholds nothing moves; without waiting jobs an idle loop does not grow.
-    steady = SendGovernor(256, 32)
+    steady = SendGovernor(256, 64)
     _run(steady, [1.0] * 3)
     held = steady.limit
     assert set(_run(steady, [0.8] * 5)) == {held}
@@ -42,15 +42,16 @@ def test_an_idle_loop_with_jobs_waiting_grows_back_to_every_sender() -> None:
 
 
 def test_stuck_pushes_do_not_count_against_the_limit() -> None:
-    gov = SendGovernor(256, 32)
-    assert _run(gov, [1.0] * 20, stuck=40)[-1] == 72  # 32 for live endpoints + 40 hanging
-    assert _run(SendGovernor(64, 32), [1.0] * 20, stuck=100)[-1] == 64  # never over the pool
+    gov = SendGovernor(256, 64)
+    assert _run(gov, [1.0] * 20, stuck=40)[-1] == 104  # 64 for live endpoints + 40 hanging
+    assert _run(SendGovernor(96, 64), [1.0] * 20, stuck=100)[-1] == 96  # never over the pool
 
 
 def test_calls_within_a_period_change_nothing() -> None:
-    gov = SendGovernor(256, 32)
+    gov = SendGovernor(256, 64)
     assert gov.update(0.0, 0.0, 1, 0) is None
-    assert gov.update(0.1, 0.1, 1, 0) is None  # under period_s
+    half = gov.period_s / 2
+    assert gov.update(half, half, 1, 0) is None  # under period_s
     assert gov.limit == 256
 
 
