@@ -117,7 +117,6 @@ async def sleep_until(wall: float) -> None:
 
 
 W2_TOPICS = [f"w2-{i:04d}" for i in range(1000)]
-W2_FEWER_SENDERS = 64
 
 
 async def _w2_preload(h: Harness, jobs: int) -> int:
@@ -144,26 +143,26 @@ async def _drain(
 
 async def w2(h: Harness, duration_s: float) -> dict[str, Any]:
     jobs = int(15_000 * duration_s)
-    # The ceiling is measured before and after the worker, so that what else runs on this
-    # shared machine weighs on both sides of the ratio alike; the best run counts.
+    # Client and worker take turns, each measured more than once, so that what else runs on
+    # this shared machine weighs on both sides of the ratio alike; each side's best run counts
+    # (the client's at any concurrency: 64 is its best, 256 the worker's pool).
     ceilings = [await _ceiling(h, 64, duration_s)]
-    run = await _w2_worker(h, jobs, SENDERS)
-    fewer = await _w2_worker(h, jobs, W2_FEWER_SENDERS)
-    ceilings += [await _ceiling(h, c, duration_s) for c in (64, SENDERS)]
+    runs = [await _w2_worker(h, jobs, SENDERS)]
+    ceilings.append(await _ceiling(h, 64, duration_s))
+    runs.append(await _w2_worker(h, jobs, SENDERS))
+    ceilings.append(await _ceiling(h, SENDERS, duration_s))
     best = max(c["requests_per_s"] for c in ceilings)
-    same = max(c["requests_per_s"] for c in ceilings if c["concurrency"] == SENDERS)
-    fewer["ratio"] = round(fewer["jobs_per_s"] / best, 3)
+    run = max(runs, key=lambda r: r["jobs_per_s"])
     return judge(
         "W2",
         {
             "jobs_per_s": run["jobs_per_s"],
             "ceiling_requests_per_s": best,
             "ratio": round(run["jobs_per_s"] / best, 3),
-            "ratio_to_ceiling_at_same_concurrency": round(run["jobs_per_s"] / same, 3),
             **run,
             "queues": 3 * len(W2_TOPICS),
             "ceilings": ceilings,
-            f"with_{W2_FEWER_SENDERS}_senders": fewer,
+            "worker_runs_jobs_per_s": [r["jobs_per_s"] for r in runs],
         },
     )
 

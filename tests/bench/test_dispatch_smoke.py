@@ -91,3 +91,4 @@ def test_a_short_w2_run_saturates_the_worker_and_the_governor_sheds_senders() ->
     assert status["delivered"] == result["jobs"]
     assert status["send_limit_lowest"] < result["senders"] == 256
     assert len(result["ceilings"]) == 3 and all(c["requests"] > 0 for c in result["ceilings"])
+    assert result["jobs_per_s"] == max(result["worker_runs_jobs_per_s"])  # the better of two
