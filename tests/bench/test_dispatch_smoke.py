@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 import time
+from typing import Any
 
 import pytest
 
@@ -18,20 +19,26 @@ from emq.bench.sink import SinkProtocol, Stats
 SHAPE = {"bench", "workload", "targets", "pass", "contention", "machine"}
 
 
-def test_a_short_w5_run_delivers_and_reports() -> None:
+def _bench(workload: str, duration_s: float, timeout_s: float) -> dict[str, Any]:
+    """``emq bench dispatch --workload W --json`` as a user runs it; its parsed JSON."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     env["EMQ_LOG_LEVEL"] = "WARNING"
-    argv = [sys.executable, "-m", "emq", "bench", "dispatch", "--workload", "W5"]
+    argv = [sys.executable, "-m", "emq", "bench", "dispatch", "--workload", workload]
     done = subprocess.run(
-        [*argv, "--duration-s", "2", "--json"],
+        [*argv, "--duration-s", str(duration_s), "--json"],
         env=env,
         capture_output=True,
         text=True,
-        timeout=100,
+        timeout=timeout_s,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
+def test_a_short_w5_run_delivers_and_reports() -> None:
+    result = _bench("W5", 2, 100)
     assert result.keys() >= SHAPE
     assert result["workload"] == "W5"
     assert set(result["targets"]) == set(result["pass"]) == {"p99_ms"}
@@ -72,19 +79,7 @@ def test_a_short_w2_run_saturates_the_worker_and_the_governor_sheds_senders() ->
     """W2 end to end: ceilings and two workers; the backlogged worker's loop is saturated, so
     its send governor lowered the pushes at once below the 256 senders (a real worker, a real
     sink, real Redis)."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
-    env["EMQ_LOG_LEVEL"] = "WARNING"
-    argv = [sys.executable, "-m", "emq", "bench", "dispatch", "--workload", "W2"]
-    done = subprocess.run(
-        [*argv, "--duration-s", "1.5", "--json"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    result = json.loads(done.stdout)
+    result = _bench("W2", 1.5, 300)
     assert result.keys() >= SHAPE and result["workload"] == "W2"
     assert result["delivered_at_sink"] == result["jobs"] > 0  # every job, once
     status = result["worker_status"]
