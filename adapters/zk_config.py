@@ -58,7 +58,6 @@ import itertools
 import json
 import logging
 import random
-import threading
 from collections.abc import (
     AsyncGenerator,
     AsyncIterator,
@@ -92,6 +91,7 @@ from emq.errors import (
 from emq.interfaces import ConfigStore
 from emq.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
 from emq.naming import ZkPaths
+from emq.threads import call_soon, settle
 
 log = logging.getLogger(__name__)
 
@@ -178,59 +178,6 @@ def check_same_ref(before: Topic, after: Topic) -> Topic:
 
 
 # --------------------------------------------------------------------------- kazoo ↔ asyncio
-
-
-def _call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> bool:
-    """Hand ``fn`` to the loop from a kazoo thread; False if the loop is gone."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the loop is closed: nobody is waiting any more
-        return False
-    return True
-
-
-def _resolve(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
-
-
-class _Countdown:
-    """Wakes the loop once, when the last of a batch of kazoo results has arrived."""
-
-    def __init__(
-        self, pending: Sequence[Any], loop: asyncio.AbstractEventLoop, done: asyncio.Future[None]
-    ) -> None:
-        # By identity, not a counter: kazoo may call back twice for one result (its _call sets
-        # the exception twice when it races close()), which must not end the batch early.
-        self._left = {id(r) for r in pending}
-        self._loop = loop
-        self._done = done
-        self._lock = threading.Lock()  # rawlink callbacks may run on more than one thread
-
-    def tick(self, result: object) -> None:
-        with self._lock:
-            self._left.discard(id(result))
-            if self._left:
-                return
-        _call_soon(self._loop, _resolve, self._done)
-
-
-def _outcome(result: Any) -> object:
-    exc = result.exception
-    return exc if exc is not None else result.value
-
-
-async def _settle_all(pending: Sequence[Any]) -> list[object]:
-    """Await kazoo async results; each outcome is its value or its exception (not raised)."""
-    if not pending:
-        return []
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[None] = loop.create_future()
-    countdown = _Countdown(pending, loop, done)
-    for result in pending:
-        result.rawlink(countdown.tick)
-    await done
-    return [_outcome(r) for r in pending]
 
 
 async def _thread_to_the_end(fn: Callable[[], None]) -> None:
@@ -350,7 +297,7 @@ class _Mirror(Generic[K, V]):
     def on_version(self, data: bytes | None, stat: Any, _event: object = None) -> bool | None:
         """DataWatch callback, on a kazoo thread: it must not block, so it only wakes the loop."""
         version = None if stat is None else int(stat.version)
-        if self._closed or not _call_soon(self._loop, self._bumped, data, version):
+        if self._closed or not call_soon(self._loop, self._bumped, data, version):
             return False  # tells kazoo to drop the watch
         return None
 
@@ -823,8 +770,7 @@ class ZkConfigStore(ConfigStore):
 
     async def _settle(self, what: str, pending: Sequence[Any]) -> list[object]:
         try:
-            async with asyncio.timeout(self._request_timeout_s):
-                return await _settle_all(pending)
+            return await settle(pending, self._request_timeout_s)
         except TimeoutError as e:
             raise BackendUnavailable(
                 f"ZooKeeper did not answer within {self._request_timeout_s:g} s while {what}"

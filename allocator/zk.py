@@ -11,8 +11,7 @@ exists, bad version) are raised as kazoo's own.
 from __future__ import annotations
 
 import asyncio
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from kazoo.exceptions import (  # type: ignore[import-untyped]
@@ -23,41 +22,13 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
     RolledBackError,
 )
 
+from emq import threads
 from emq.errors import BackendUnavailable
+from emq.threads import call_soon
+
+__all__ = ["MEANINGFUL", "Poke", "call_soon", "check", "failed_op", "one", "settle", "unavailable"]
 
 MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
-
-
-def call_soon(loop: asyncio.AbstractEventLoop, fn: Callable[..., object], *args: object) -> bool:
-    """Hand ``fn`` to the loop from any thread; False if the loop is gone."""
-    try:
-        loop.call_soon_threadsafe(fn, *args)
-    except RuntimeError:  # the loop is closed: nobody is listening any more
-        return False
-    return True
-
-
-def _resolve(done: asyncio.Future[None]) -> None:
-    if not done.done():
-        done.set_result(None)
-
-
-class _Countdown:
-    """Wakes the loop once, when every one of a batch of kazoo results has arrived."""
-
-    def __init__(self, pending: Sequence[Any], loop: asyncio.AbstractEventLoop) -> None:
-        self.done: asyncio.Future[None] = loop.create_future()
-        # By identity: kazoo may call back twice for one result when it races close().
-        self._left = {id(r) for r in pending}
-        self._loop = loop
-        self._lock = threading.Lock()
-
-    def tick(self, result: object) -> None:
-        with self._lock:
-            self._left.discard(id(result))
-            if self._left:
-                return
-        call_soon(self._loop, _resolve, self.done)
 
 
 def unavailable(error: BaseException, what: str) -> BackendUnavailable:
@@ -66,17 +37,10 @@ def unavailable(error: BaseException, what: str) -> BackendUnavailable:
 
 async def settle(pending: Sequence[Any], what: str, timeout_s: float) -> list[object]:
     """Await kazoo async results; each outcome is its value or its exception (not raised)."""
-    if not pending:
-        return []
-    countdown = _Countdown(pending, asyncio.get_running_loop())
-    for result in pending:
-        result.rawlink(countdown.tick)
     try:
-        async with asyncio.timeout(timeout_s):
-            await countdown.done
+        return await threads.settle(pending, timeout_s)
     except TimeoutError as e:
         raise BackendUnavailable(f"ZooKeeper did not answer in {timeout_s:g} s: {what}") from e
-    return [r.exception if r.exception is not None else r.value for r in pending]
 
 
 def check(outcome: object, what: str) -> Any:

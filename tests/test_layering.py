@@ -18,9 +18,20 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("emq", "capacity", "adapters", "allocator", "worker", "spark")
-# The core of ``emq``: the model and the seams. Everything else in ``emq`` is the API, the client,
+# The core of ``emq``: the model, the seams and the thread-to-loop bridge both ZooKeeper users
+# share (standard library only). Everything else in ``emq`` is the API, the client,
 # the CLI and the composition root, which may import anything.
-CORE = frozenset({"emq", "emq.model", "emq.errors", "emq.naming", "emq.settings", "emq.interfaces"})
+CORE = frozenset(
+    {
+        "emq",
+        "emq.model",
+        "emq.errors",
+        "emq.naming",
+        "emq.settings",
+        "emq.interfaces",
+        "emq.threads",
+    }
+)
 HTTP_AND_STORES = frozenset({"aiohttp", "redis", "kazoo", "uhashring", "pyspark"})
 
 
