@@ -313,6 +313,7 @@ class Worker:
         # wall-clock second shows there as one over the quota.
         while True:
             may_dispatch = self._heed_assignment()
+            self._sends.catch_up()  # jobs handed out last tick and still waiting for a sender
             budget = max(MIN_HANDOFF, self._sends.limit) - self._sends.qsize()
             mono = time.monotonic()
             if budget > 0 and may_dispatch:

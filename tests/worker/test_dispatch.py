@@ -104,3 +104,26 @@ async def test_the_limit_caps_jobs_held_and_a_raise_wakes_waiting_senders() -> N
     for s in senders:
         s.cancel()
     await asyncio.gather(*senders, return_exceptions=True)
+
+
+async def test_catch_up_gives_every_waiting_job_a_sender_at_once() -> None:
+    """The chain wakes one sender per loop turn; the dispatcher's catch_up wakes the rest."""
+    handoff: Handoff[int] = Handoff()
+    started: list[int] = []
+    hold = asyncio.Event()
+
+    async def sender() -> None:
+        started.append(await handoff.get())
+        await hold.wait()
+
+    senders = [asyncio.create_task(sender()) for _ in range(3)]
+    await asyncio.sleep(0)
+    for i in range(3):
+        handoff.put_nowait(i)
+    await asyncio.sleep(0)
+    assert started == [0]  # the chain: one hop this turn
+    handoff.catch_up()
+    await asyncio.sleep(0)
+    assert sorted(started) == [0, 1, 2]
+    hold.set()
+    await asyncio.gather(*senders)
