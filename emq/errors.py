@@ -140,3 +140,13 @@ class DestinationRefused(DeliveryError):
 
     def __init__(self, message: str) -> None:
         super().__init__(message, retryable=False)
+
+
+class Undeliverable(DeliveryError):
+    """The job's request cannot be put on the wire as given (a URL or a header that HTTP cannot
+    carry, text that is not valid UTF-8); never retried: no attempt could succeed."""
+
+    code = "undeliverable"
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message, retryable=False)

@@ -17,13 +17,11 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
-from urllib.parse import urlsplit
 
 from emq.errors import InvalidInput, PayloadTooLarge
+from emq.outbound import check_header, check_text, push_url, utf8
 
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
-_HEADER_NAME_RE = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
-_FORBIDDEN_URL_CHARS = re.compile(r"[\x00-\x20\x7f]")
+NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
 
 class Namespace(enum.StrEnum):
@@ -84,7 +82,7 @@ def validate_name(value: object, field_name: str) -> str:
     """A tenant or topic name: 1-64 characters of ``A-Za-z0-9_.-``, starting alphanumeric."""
     if not isinstance(value, str):
         raise InvalidInput(field_name, f"must be a string, got {type(value).__name__}")
-    if not NAME_RE.match(value):
+    if not NAME_RE.fullmatch(value):
         raise InvalidInput(
             field_name,
             "must be 1-64 characters of A-Z a-z 0-9 _ . - starting with a letter or digit",
@@ -115,7 +113,7 @@ def _optional_str(value: object, field_name: str, max_len: int) -> str | None:
         raise InvalidInput(field_name, f"must be a string, got {type(value).__name__}")
     if not value or len(value) > max_len:
         raise InvalidInput(field_name, f"must be 1-{max_len} characters")
-    return value
+    return check_text(value, field_name)
 
 
 def _object(value: object, field_name: str | None, allowed: frozenset[str]) -> Mapping[str, Any]:
@@ -377,19 +375,7 @@ def _parse_url(value: object, lim: JobLimits) -> str:
         raise InvalidInput("url", f"must be a string, got {type(value).__name__}")
     if len(value) > lim.max_url_chars:
         raise PayloadTooLarge("url", f"is longer than {lim.max_url_chars} characters")
-    if _FORBIDDEN_URL_CHARS.search(value):
-        raise InvalidInput("url", "must not contain spaces or control characters")
-    try:
-        parts = urlsplit(value)
-        parts.port  # noqa: B018 - raises ValueError on a malformed port
-    except ValueError as e:
-        raise InvalidInput("url", f"is not a valid URL: {e}") from None
-    if parts.scheme.lower() not in ("http", "https"):
-        raise InvalidInput("url", f"scheme must be http or https, got {parts.scheme!r}")
-    if not parts.hostname:
-        raise InvalidInput("url", "must name a host")
-    if parts.username is not None or parts.password is not None:
-        raise InvalidInput("url", "must not carry credentials; send them in a header")
+    push_url(value)  # the worker's own parse: what passes here can be sent
     return value
 
 
@@ -414,18 +400,13 @@ def _parse_headers(value: object, lim: JobLimits) -> dict[str, str]:
     total = 0
     for name, val in value.items():
         fname = f"headers.{name}"
-        if not isinstance(name, str) or not _HEADER_NAME_RE.match(name):
-            raise InvalidInput(fname, "is not a valid header name")
+        check_header(name, val, fname)
         if name.lower() in RESERVED_HEADERS:
             raise InvalidInput(fname, "is set by EMQ and may not be given")
         if name.lower() in seen:
             raise InvalidInput(fname, "is given twice (header names are case-insensitive)")
         seen.add(name.lower())
-        if not isinstance(val, str):
-            raise InvalidInput(fname, f"must be a string, got {type(val).__name__}")
-        if any(c in val for c in "\r\n\x00"):
-            raise InvalidInput(fname, "must not contain CR, LF or NUL")
-        total += len(name) + len(val.encode())
+        total += len(name) + len(utf8(val, fname))
     if total > lim.max_header_bytes:
         raise PayloadTooLarge("headers", f"are larger than {lim.max_header_bytes} bytes")
     return dict(value)
@@ -438,12 +419,15 @@ def _parse_body(
         return None, headers
     if isinstance(value, Mapping | list):
         # A JSON body given as an object is sent as compact JSON, typed unless the tenant typed it.
-        value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        try:
+            value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+        except RecursionError:
+            raise InvalidInput("body", "is nested too deeply") from None
         if not any(h.lower() == "content-type" for h in headers):
             headers = {**headers, "Content-Type": "application/json"}
     if not isinstance(value, str):
         raise InvalidInput("body", f"must be a string, object or array, got {type(value).__name__}")
-    if len(value.encode()) > lim.max_body_bytes:
+    if len(utf8(value, "body")) > lim.max_body_bytes:
         raise PayloadTooLarge("body", f"is larger than {lim.max_body_bytes} bytes")
     return value, headers
 

@@ -18,8 +18,9 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("emq", "capacity", "adapters", "allocator", "worker", "spark")
-# The core of ``emq``: the model, the seams and the thread-to-loop bridge both ZooKeeper users
-# share (standard library only). Everything else in ``emq`` is the API, the client,
+# The core of ``emq``: the model, the seams, the thread-to-loop bridge both ZooKeeper users
+# share (standard library only) and the sendability checks the API and the worker share (yarl,
+# to parse a URL exactly as aiohttp will send it). Everything else in ``emq`` is the API, the client,
 # the CLI and the composition root, which may import anything.
 CORE = frozenset(
     {
@@ -30,6 +31,7 @@ CORE = frozenset(
         "emq.settings",
         "emq.interfaces",
         "emq.threads",
+        "emq.outbound",
     }
 )
 HTTP_AND_STORES = frozenset({"aiohttp", "redis", "kazoo", "uhashring", "pyspark"})
@@ -43,7 +45,7 @@ class Rule:
 
 
 RULES = {
-    "emq.core": Rule(frozenset({"emq.core"}), frozenset(), HTTP_AND_STORES),
+    "emq.core": Rule(frozenset({"emq.core"}), frozenset({"yarl"}), HTTP_AND_STORES),
     "emq.root": Rule(
         frozenset(PACKAGES) | {"emq.core"},
         frozenset(

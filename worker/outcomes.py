@@ -5,7 +5,8 @@
   retry policy allows another attempt, the job is re-scheduled in the group's delayed set, due
   after ``Retry-After`` (429/503 that carry one) or the jittered backoff; otherwise it goes to the
   group's DLQ with the status, the error and the attempts.
-* Refused by the SSRF guard: straight to the DLQ, never retried.
+* Refused by the SSRF guard, or a request that cannot be sent as given (a URL or header HTTP
+  cannot carry, an entry that cannot be decoded): straight to the DLQ, never retried.
 
 A job is marked finished (so the checkpoint may pass it) only after its retry or dead letter is
 durably written, with the group's owner epoch: a fenced write means the group now belongs to
@@ -89,7 +90,7 @@ class Outcomes:
         letter = DeadLetter(
             "",
             item.queue.priority,
-            item.envelope.encode(),
+            item.payload,  # as stored: a job that cannot be decoded or re-encoded still fits
             error,
             status,
             attempts,

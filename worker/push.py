@@ -5,6 +5,12 @@ headers, redirects never followed, a connect timeout and a total timeout, and at
 ``max_response_bytes`` of a response read (a receiver cannot make us buffer a huge body).
 Concurrency is bounded by the caller: the worker runs a fixed pool of sender tasks and caps each
 topic's in-flight requests before handing them here.
+
+What a push can end in: a :class:`PushResult` (an answer, a timeout or a transport failure: the
+caller retries), or a non-retryable :class:`~emq.errors.DeliveryError`: ``DestinationRefused``
+(the SSRF guard) or ``Undeliverable`` (a URL or header HTTP cannot carry: the same checks as at
+enqueue, :mod:`emq.outbound`, plus whatever aiohttp refuses while writing the request). Anything
+else escaping is a bug; the caller counts it as a failed attempt.
 """
 
 from __future__ import annotations
@@ -17,8 +23,9 @@ import time
 import aiohttp
 from yarl import URL
 
-from emq.errors import DestinationRefused
+from emq.errors import DeliveryError, DestinationRefused, InvalidInput, Undeliverable
 from emq.interfaces import Pusher, PushRequest, PushResult
+from emq.outbound import push_url
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy, GuardedResolver
 
@@ -82,9 +89,12 @@ class PushExecutor(Pusher):
             await session.close()
 
     def _url(self, text: str) -> URL:
-        """Parse ``text`` and refuse an IP-literal host the policy refuses; cache what passes
-        (parsing and checking cost as much as a tenth of a push)."""
-        url = URL(text, encoded=False)
+        """Parse ``text`` as the API checked it and refuse an IP-literal host the policy refuses;
+        cache what passes (parsing and checking cost as much as a tenth of a push)."""
+        try:
+            url = push_url(text)
+        except InvalidInput as e:  # a job that bypassed the API: it can never be sent
+            raise Undeliverable(f"undeliverable: {e}") from None
         self._policy.check_host(url.host or "")
         if len(self._urls) >= URL_CACHE_SIZE:
             self._urls.clear()
@@ -110,7 +120,7 @@ class PushExecutor(Pusher):
                 await response.content.read(self._settings.max_response_bytes)
                 retry_after = parse_retry_after(response.headers.get("Retry-After"), time.time())
                 return PushResult(response.status, time.perf_counter() - start, retry_after)
-        except DestinationRefused:
+        except DeliveryError:
             raise
         except TimeoutError:
             return PushResult(0, time.perf_counter() - start, error="timed out")
@@ -118,5 +128,11 @@ class PushExecutor(Pusher):
             if isinstance(e.os_error, DestinationRefused):
                 raise e.os_error from None
             return PushResult(0, time.perf_counter() - start, error=f"connect failed: {e}")
+        except aiohttp.InvalidURL as e:
+            raise Undeliverable(f"undeliverable: invalid URL {e}") from None
         except (aiohttp.ClientError, OSError, asyncio.IncompleteReadError) as e:
             return PushResult(0, time.perf_counter() - start, error=f"{type(e).__name__}: {e}")
+        except ValueError as e:
+            # aiohttp refusing what it was asked to write ("Forbidden control character detected
+            # in headers", a header that is not UTF-8): the same request fails every time.
+            raise Undeliverable(f"undeliverable: {type(e).__name__}: {e}") from None

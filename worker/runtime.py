@@ -23,7 +23,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from capacity import split_quota
-from emq.errors import BackendUnavailable, DestinationRefused, Fenced
+from emq.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.interfaces import (
     AssignmentSource,
     ConfigStore,
@@ -31,6 +31,7 @@ from emq.interfaces import (
     OwnedGroups,
     Pusher,
     PushRequest,
+    PushResult,
     QueueBackend,
 )
 from emq.model import GroupRef, Namespace, Topic, TopicRef
@@ -359,6 +360,8 @@ class Worker:
                 started[i] = time.monotonic()
                 try:
                     await self._push(group, item)
+                except Exception as e:  # a job must never end a sender (a try costs nothing)
+                    self._push_raised(group, item, e)
                 finally:
                     started[i] = 0.0
                     sends.done()
@@ -387,9 +390,11 @@ class Worker:
         )
         try:
             result = await self.pusher.push(request)
-        except DestinationRefused as e:
-            if not group.dropped:
-                self.outcomes.dead(group, item, e.message, None, job.attempt + 1)
+        except DeliveryError as e:
+            if e.retryable:
+                raise
+            if not group.dropped:  # refused or unsendable: no attempt could succeed
+                self.outcomes.dead(group, item, e.message, e.status, job.attempt + 1)
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
@@ -397,6 +402,26 @@ class Worker:
             self.outcomes.delivered(group, item, result)
         else:
             self.outcomes.failed(group, item, result)
+
+    def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:
+        """Whatever else a push raised ends that job: text that cannot be encoded (a stored job
+        that bypassed the API) or an unreadable entry goes to the DLQ; anything else is one
+        failed attempt (retried with backoff, then dead-lettered) carrying the error text."""
+        if group.dropped:
+            return  # no longer ours: the new owner delivers it again from its checkpoint
+        reason = f"{type(error).__name__}: {error}"
+        try:
+            attempts = item.envelope.attempt + 1
+        except Exception:
+            log.exception("unreadable job at %s offset %s: dead-lettered", item.queue, item.offset)
+            self.outcomes.dead(group, item, f"unreadable job: {reason}", None, 1)
+            return
+        if isinstance(error, UnicodeError):
+            log.warning("job in %s cannot be encoded (%s): dead-lettered", group.ref, reason)
+            self.outcomes.dead(group, item, f"undeliverable: {reason}", None, attempts)
+            return
+        log.exception("push of a job in %s raised; counted as a failed attempt", group.ref)
+        self.outcomes.failed(group, item, PushResult(0, 0.0, error=reason))
 
     def _finish(self, group: GroupState, item: Buffered) -> None:
         if not group.dropped:

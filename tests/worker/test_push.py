@@ -17,7 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
-from emq.errors import DestinationRefused
+from emq.errors import DestinationRefused, Undeliverable
 from emq.interfaces import PushRequest
 from worker.push import PushExecutor, parse_retry_after
 from worker.settings import WorkerSettings
@@ -205,6 +205,33 @@ async def test_connection_refused_is_retryable_result() -> None:
     async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(_req(f"http://127.0.0.1:{free_port()}/x"))
     assert result.status == 0 and result.error and "connect" in result.error
+
+
+@pytest.mark.parametrize(
+    ("url", "headers"),
+    [
+        ("http://xn--zz:{port}/", {}),  # fails IDNA decoding
+        ("http://\u00ad:{port}/", {}),  # a soft hyphen: IDNA maps it to nothing
+        ("http://a\u200bb:{port}/", {}),  # a zero-width space
+        ("http://127.0.0.1:{port}/x\x01", {}),
+        ("http://127.0.0.1:{port}/", {"X-Poison": "a\x0bb"}),  # aiohttp: forbidden control char
+    ],
+)
+async def test_a_request_that_cannot_be_sent_is_undeliverable_not_a_crash(
+    listener: Listener, url: str, headers: dict[str, str]
+) -> None:
+    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+        with pytest.raises(Undeliverable) as info:
+            await pusher.push(_req(url.format(port=listener.port), headers=headers))
+        assert info.value.retryable is False and info.value.message.startswith("undeliverable")
+    # A bad URL is refused before connecting; aiohttp checks headers as it writes them.
+    assert listener.connections == (1 if headers else 0)
+
+
+async def test_a_host_that_resolves_to_nothing_is_a_retryable_result() -> None:
+    async with PushExecutor(WorkerSettings(), AddressPolicy()) as pusher:
+        result = await pusher.push(_req("http://nothing-here.invalid/x"))
+    assert result.status == 0 and result.error and "resolve" in result.error
 
 
 async def test_response_reads_are_capped(sink: tuple[Sink, str]) -> None:
