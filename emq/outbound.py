@@ -1,4 +1,4 @@
-"""What can be sent: the checks a job's URL, headers and text pass, shared by the API and the worker.
+"""What can be sent: the checks of a job's URL, headers and text that the API and worker share.
 
 A job accepted with 202 must be one the worker can put on the wire: if the API let through a URL
 whose host fails IDNA encoding or a header value with a control character, the worker's HTTP
@@ -98,7 +98,9 @@ def _check_host(raw_host: str) -> None:
     """The encoded host must be an IP address or a name a resolver can be asked about."""
     if ":" in raw_host:
         try:
-            ipaddress.IPv6Address(raw_host)  # a zone id ("%eth0") is refused too
+            if "%" in raw_host:  # a zone id ("%25eth0") names an interface of the worker's host
+                raise ValueError(raw_host)
+            ipaddress.IPv6Address(raw_host)
         except ValueError:
             raise InvalidInput("url", f"host {raw_host!r} is not a valid IPv6 address") from None
         return

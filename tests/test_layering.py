@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parent.parent
 PACKAGES = ("emq", "capacity", "adapters", "allocator", "worker", "spark")
 # The core of ``emq``: the model, the seams, the thread-to-loop bridge both ZooKeeper users
 # share (standard library only) and the sendability checks the API and the worker share (yarl,
-# to parse a URL exactly as aiohttp will send it). Everything else in ``emq`` is the API, the client,
-# the CLI and the composition root, which may import anything.
+# to parse a URL exactly as aiohttp will send it). Everything else in ``emq`` is the API, the
+# client, the CLI and the composition root, which may import anything.
 CORE = frozenset(
     {
         "emq",
