@@ -90,8 +90,16 @@ def _table(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str)
 
 
 def _cell(value: object) -> str:
-    text = "-" if value is None or value == "" else str(value)
+    text = "-" if value is None or value == "" else _printable(str(value))
     return text if len(text) <= 60 else text[:57] + "..."
+
+
+def _printable(text: str) -> str:
+    """``text`` with what a terminal must not get (a lone surrogate cannot even be printed; an
+    escape sequence would be obeyed) written as Python escapes, e.g. ``\\ud800``, ``\\x1b``."""
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _when(epoch_s: object) -> str:

@@ -60,6 +60,12 @@ class PayloadTooLarge(InvalidInput):
     code = "too_large"
 
 
+class RequestTimeout(EmqError, TimeoutError):
+    """A client did not send its request in time (slow headers or body)."""
+
+    code = "timeout"
+
+
 class Unauthorized(EmqError):
     """No credentials, or credentials that match nobody."""
 

@@ -22,7 +22,9 @@ authenticated and validated completely before anything is written.
 
 from __future__ import annotations
 
+import asyncio
 import base64
+import dataclasses
 import json
 import secrets
 import time
@@ -39,7 +41,13 @@ from emq.api.history import EnqueueHistory
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.enqueue import BacklogGuard, Enqueuer, topic_backlog
-from emq.errors import BackendUnavailable, InvalidInput, MalformedRequest, PayloadTooLarge
+from emq.errors import (
+    BackendUnavailable,
+    InvalidInput,
+    MalformedRequest,
+    PayloadTooLarge,
+    RequestTimeout,
+)
 from emq.interfaces import (
     ConfigStore,
     DeadLetter,
@@ -60,7 +68,16 @@ from emq.model import (
     TopicRef,
     validate_name,
 )
+from emq.outbound import check_text
 from emq.settings import Settings
+
+
+def _positive(value: float) -> None:
+    if value <= 0:
+        raise ValueError("must be greater than 0")
+
+
+_POSITIVE = {"check": _positive}
 
 
 @dataclass(frozen=True)
@@ -73,6 +90,14 @@ class ApiSettings:
     backlog_refresh_s: float = 1.0
     shutdown_grace_s: float = 10.0
     history_interval_s: float = 10.0
+    # Hostile or broken clients (see emq.api.guard): a request's headers must arrive within
+    # header_timeout_s of its first byte, its body within body_timeout_s of being read; an
+    # idle connection is closed after keepalive_timeout_s; beyond max_connections open at
+    # once, a new connection is answered 503 and closed.
+    header_timeout_s: float = dataclasses.field(default=10.0, metadata=_POSITIVE)
+    body_timeout_s: float = dataclasses.field(default=30.0, metadata=_POSITIVE)
+    keepalive_timeout_s: float = dataclasses.field(default=75.0, metadata=_POSITIVE)
+    max_connections: int = dataclasses.field(default=1000, metadata=_POSITIVE)
 
 
 TOPIC_FIELDS = frozenset(
@@ -138,13 +163,21 @@ class Api:
     # ------------------------------------------------------------------ helpers
 
     async def _body(self, request: web.Request) -> object:
-        raw = await request.read()  # aiohttp refuses bodies over client_max_size with 413
+        try:
+            async with asyncio.timeout(self.api.body_timeout_s):  # a slow-body client
+                raw = await request.read()  # aiohttp refuses bodies over client_max_size: 413
+        except TimeoutError:
+            raise RequestTimeout(
+                f"request body was not received within {self.api.body_timeout_s:g} s"
+            ) from None
         if not raw:
             raise MalformedRequest(None, "request body is empty; send a JSON object")
         try:
             return json.loads(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise MalformedRequest(None, f"request body is not valid JSON: {e}") from None
+        except RecursionError:
+            raise MalformedRequest(None, "request body is JSON nested too deeply") from None
 
     def _namespace(self, request: web.Request) -> Namespace:
         raw = request.query.get("namespace")
@@ -187,6 +220,7 @@ class Api:
         display = body.get("name", "")
         if not isinstance(display, str) or len(display) > 200:
             raise InvalidInput("name", "must be a string of at most 200 characters")
+        check_text(display, "name")
         token = new_token(name)
         tenant = Tenant(name, display, token_hash(token), round(time.time(), 3))
         await self.config.create_tenant(tenant)

@@ -20,6 +20,7 @@ STATUS: tuple[tuple[type[errors.EmqError], int], ...] = (
     (errors.MalformedRequest, 400),
     (errors.PayloadTooLarge, 413),
     (errors.InvalidInput, 422),
+    (errors.RequestTimeout, 408),
     (errors.Unauthorized, 401),
     (errors.Forbidden, 403),
     (errors.NotFound, 404),
@@ -54,6 +55,8 @@ def _from_emq(e: errors.EmqError) -> web.Response:
         response.headers["Retry-After"] = str(max(1, round(e.retry_after_s)))
     if isinstance(e, errors.Unauthorized):
         response.headers["WWW-Authenticate"] = 'Bearer realm="emq"'
+    if isinstance(e, errors.RequestTimeout):
+        response.force_close()  # the rest of the body is not worth waiting for
     return response
 
 
@@ -77,6 +80,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
         return error_response(e.status, code, message)
     except json.JSONDecodeError as e:
         return error_response(400, "malformed", f"request body is not valid JSON: {e}")
+    except UnicodeEncodeError:
+        # Text with a lone surrogate ("\ud800" in JSON) that a field check did not name: it
+        # cannot be stored or sent, so it is the client's error, not ours.
+        return error_response(400, "malformed", "request contains text that is not valid UTF-8")
     except Exception:
         log.exception("unhandled error on %s %s", request.method, request.path)
         return error_response(500, "internal", "internal error")

@@ -43,6 +43,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         401: "missing or invalid token",
         403: "not allowed for this token",
         404: "unknown tenant or topic",
+        408: "request headers or body not received in time (EMQ_API_*_TIMEOUT_S)",
         409: "already exists",
         413: "job or request too large",
         422: "invalid field (error.field names it)",
@@ -50,7 +51,7 @@ def _errors(*statuses: int) -> dict[str, Any]:
         503: "Redis or ZooKeeper unreachable",
     }
     out: dict[str, Any] = {}
-    for s in statuses:
+    for s in sorted(statuses):
         out |= _answer(s, text[s], _ref("Error"))
     return out
 
@@ -218,7 +219,7 @@ def _paths() -> dict[str, Any]:
                         "properties": {"tenant": _NAME, "name": {"type": "string"}},
                     }
                 ),
-                "responses": _answer(201, "created") | _errors(400, 401, 403, 409, 422, 503),
+                "responses": _answer(201, "created") | _errors(400, 401, 408, 403, 409, 422, 503),
             },
             "get": {
                 "summary": "List tenants (admin)",
@@ -237,7 +238,7 @@ def _paths() -> dict[str, Any]:
                     }
                 ),
                 "responses": _answer(201, "created", _ref("Topic"))
-                | _errors(400, 401, 403, 404, 409, 422, 503),
+                | _errors(400, 401, 408, 403, 404, 409, 422, 503),
             },
             "get": {
                 "summary": "List a tenant's topics",
@@ -254,7 +255,7 @@ def _paths() -> dict[str, Any]:
                 "summary": "Change a topic live (admin): quota, pause, retry, limits",
                 "requestBody": _body(_ref("TopicSettings")),
                 "responses": _answer(200, "topic", _ref("Topic"))
-                | _errors(400, 401, 403, 404, 409, 422, 503),
+                | _errors(400, 401, 408, 403, 404, 409, 422, 503),
             },
         },
         topic + "/jobs": {
@@ -280,7 +281,7 @@ def _paths() -> dict[str, Any]:
                     }
                 ),
                 "responses": _answer(202, "accepted", _ref("Accepted"))
-                | _errors(400, 401, 404, 413, 422, 429, 503),
+                | _errors(400, 401, 408, 404, 413, 422, 429, 503),
             },
         },
         topic + "/dlq": {
@@ -318,7 +319,7 @@ def _paths() -> dict[str, Any]:
                         },
                     }
                 ),
-                "responses": _answer(200, "replayed") | _errors(400, 401, 404, 422, 503),
+                "responses": _answer(200, "replayed") | _errors(400, 401, 408, 404, 422, 503),
             },
         },
         "/v1/workers": {

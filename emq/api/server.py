@@ -5,12 +5,17 @@ requests in progress finish (a 202 is only sent once jobs are durable, and a bod
 uploading must be read to the end), up to ``shutdown_grace_s``; then close connections and the
 Redis and ZooKeeper clients. aiohttp's own cleanup stops reading request bodies at once, so it
 only runs after the drain.
+
+Hostile clients are bounded (:mod:`emq.api.guard`): at most ``max_connections`` open at once,
+``header_timeout_s`` for a request's headers, ``body_timeout_s`` for its body (where it is read),
+``keepalive_timeout_s`` for an idle connection, and ``LINGER_S`` to drain a body nobody reads.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 import signal
 import time
 
@@ -18,10 +23,14 @@ from aiohttp import web
 
 from emq.api.app import ApiSettings, make_app
 from emq.api.errors import Handler
+from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.compose import open_config, open_fleet_view, open_history, open_queues
 from emq.settings import Settings
 
 log = logging.getLogger(__name__)
+
+LINGER_S = 2.0  # reading (and dropping) a body the handler did not read, before closing
+SPARE_FILES = 256  # descriptors beyond the client connections: Redis, ZooKeeper, logs
 
 
 class Drain:
@@ -55,6 +64,34 @@ class Drain:
             return False
 
 
+def make_runner(app: web.Application, api: ApiSettings) -> GuardedRunner:
+    """The runner of ``emq api``: aiohttp's, with the connection guards and timeouts."""
+    return GuardedRunner(
+        app,
+        ConnectionLimits(api.max_connections, api.header_timeout_s),
+        access_log=None,  # per-request logging would cost more than the request itself
+        shutdown_timeout=1.0,
+        handle_signals=False,
+        keepalive_timeout=api.keepalive_timeout_s,
+        lingering_time=LINGER_S,
+    )
+
+
+def _raise_open_files_limit(wanted: int) -> None:
+    """Raise the soft descriptor limit towards ``wanted`` (up to the hard limit): past it,
+    accept() fails before the connection limit can answer."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        new = wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        if new < wanted:
+            log.warning(
+                "open files limited to %d (hard limit); EMQ_API_MAX_CONNECTIONS needs %d",
+                new,
+                wanted,
+            )
+
+
 async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> None:
     queues = await open_queues(settings)
     try:
@@ -67,12 +104,8 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     fleet = open_fleet_view(settings)
     app = make_app(settings, api, config, queues, history, fleet)
     app.middlewares.insert(0, drain.middleware)
-    runner = web.AppRunner(
-        app,
-        access_log=None,  # per-request logging would cost more than the request itself
-        shutdown_timeout=1.0,
-        handle_signals=False,
-    )
+    runner = make_runner(app, api)
+    _raise_open_files_limit(api.max_connections + SPARE_FILES)
     try:
         await runner.setup()
         site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
