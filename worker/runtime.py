@@ -421,7 +421,11 @@ class Worker:
             self.outcomes.dead(group, item, f"undeliverable: {reason}", None, attempts)
             return
         log.exception("push of a job in %s raised; counted as a failed attempt", group.ref)
-        self.outcomes.failed(group, item, PushResult(0, 0.0, error=reason))
+        try:
+            self.outcomes.failed(group, item, PushResult(0, 0.0, error=reason))
+        except Exception:  # its retry cannot even be encoded: the DLQ keeps it as stored
+            log.exception("retry of a job in %s cannot be written: dead-lettered", group.ref)
+            self.outcomes.dead(group, item, f"undeliverable: {reason}", None, attempts)
 
     def _finish(self, group: GroupState, item: Buffered) -> None:
         if not group.dropped:

@@ -12,9 +12,25 @@ import re
 import time
 from typing import Any
 
-from emq.interfaces import PutItem
-from emq.model import Envelope, GroupRef, Job, Priority, TopicRef, new_job_id
+from adapters.memory_config import MemoryConfigStore
+from adapters.memory_queue import MemoryQueueBackend
+from emq.enqueue import Enqueuer
+from emq.interfaces import Pusher, PushRequest, PushResult, PutItem
+from emq.model import (
+    Envelope,
+    GroupRef,
+    Job,
+    Namespace,
+    Priority,
+    Tenant,
+    Topic,
+    TopicRef,
+    new_job_id,
+)
 from tests.worker.conftest import Sink, Stack, fast_retry
+from worker.runtime import Worker
+from worker.settings import WorkerSettings
+from worker.standalone import StandaloneAssignment
 
 
 def _poison(sink: Sink) -> dict[bytes, str]:
@@ -81,3 +97,56 @@ async def test_poison_jobs_are_dead_lettered_and_the_worker_keeps_delivering(
     later = set(await stack.enqueue("poison", _jobs(sink, "poison", 10)))
     assert await sink.wait_for(lambda: {d.job_id for d in sink.deliveries} >= later, 10)
     assert worker.proc.poll() is None, worker.log()
+
+
+class _Pusher(Pusher):
+    """Delivers everything except URLs containing ``boom``, for which it raises (a bug)."""
+
+    def __init__(self) -> None:
+        self.delivered: list[str] = []
+        self.raised = 0
+
+    async def push(self, request: PushRequest) -> PushResult:
+        if "boom" in request.url:
+            self.raised += 1
+            raise RuntimeError("boom")
+        self.delivered.append(request.url)
+        return PushResult(200, 0.001)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_an_unexpected_exception_is_a_failed_attempt_then_a_dead_letter() -> None:
+    queues, config = MemoryQueueBackend(), MemoryConfigStore()
+    ref = TopicRef(Namespace.ONLINE, "acme", "t")
+    await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
+    await config.create_topic(Topic(ref, 100, 1, retry=fast_retry(3, 0.05)))
+    enqueuer = Enqueuer(config, queues)
+    await enqueuer.enqueue(ref, [{"url": "https://example.com/boom"}], batch=False)
+    await enqueuer.enqueue(
+        ref, [{"url": f"https://example.com/{i}"} for i in range(20)], batch=True
+    )
+    assignment = StandaloneAssignment(config, Namespace.ONLINE)
+    pusher = _Pusher()
+    settings = WorkerSettings(metrics_port=0, senders=4, senders_min=4, shutdown_grace_s=1)
+    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
+                    assignment=assignment, pusher=pusher)  # fmt: skip
+    stop = asyncio.Event()
+    following = asyncio.ensure_future(assignment.run())
+    running = asyncio.ensure_future(worker.run(stop))
+    group = GroupRef(ref, 0)
+    deadline = time.monotonic() + 10
+    while not await queues.list_dead(group, None, 10) and time.monotonic() < deadline:
+        assert not running.done(), running
+        await asyncio.sleep(0.02)
+    (letter,) = await queues.list_dead(group, None, 10)
+    assert letter.error == "RuntimeError: boom" and letter.attempts == 3
+    assert pusher.raised == 3 and len(pusher.delivered) == 20
+    await enqueuer.enqueue(ref, [{"url": "https://example.com/after"}], batch=False)
+    while "https://example.com/after" not in pusher.delivered and time.monotonic() < deadline:
+        await asyncio.sleep(0.02)
+    assert "https://example.com/after" in pusher.delivered
+    stop.set()
+    await asyncio.wait_for(running, 10)  # a clean stop: no task died
+    following.cancel()
