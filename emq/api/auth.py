@@ -17,6 +17,7 @@ from aiohttp import web
 
 from emq.errors import Forbidden, NotFound, Unauthorized
 from emq.interfaces import ConfigStore
+from emq.model import NAME_RE
 
 
 @dataclass(frozen=True, slots=True)
@@ -46,7 +47,10 @@ def bearer(request: web.Request) -> str:
     scheme, _, token = header.partition(" ")
     if scheme.lower() != "bearer" or not token.strip():
         raise Unauthorized("missing bearer token (Authorization: Bearer <token>)")
-    return token.strip()
+    token = token.strip()
+    if not token.isascii() or not token.isprintable():  # tokens are ASCII; aiohttp hands other
+        raise Unauthorized("invalid token")  # bytes over as surrogate escapes
+    return token
 
 
 class Authenticator:
@@ -61,7 +65,7 @@ class Authenticator:
         if self._admin_token and hmac.compare_digest(token.encode(), self._admin_token):
             return ADMIN
         tenant_name, dot, secret = token.rpartition(".")
-        if not dot or not tenant_name or not secret:
+        if not dot or not secret or not NAME_RE.fullmatch(tenant_name):
             raise Unauthorized("invalid token")
         try:
             tenant = await self._config.get_tenant(tenant_name)

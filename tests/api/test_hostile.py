@@ -190,6 +190,26 @@ async def test_what_aiohttp_refuses_is_answered_in_the_json_error_shape(
     assert await served.healthy()
 
 
+@pytest.mark.parametrize(
+    ("token", "status"),
+    [
+        (b"\xff\xfe.abc", 401),
+        (b"caf\xc3\xa9.abc", 401),
+        (b"../../x.abc", 401),
+        (b".abc", 401),
+        (b"a\x01b.abc", 400),  # aiohttp's parser refuses it: still the JSON shape
+    ],
+    ids=["binary", "non-ascii", "path", "no-tenant", "control"],
+)
+async def test_a_hostile_token_is_refused_in_the_json_error_shape(
+    served: Served, token: bytes, status: int
+) -> None:
+    request = b"GET /v1/tenants/acme/topics HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer "
+    got, headers, body = await served.raw(request + token + b"\r\n\r\n")
+    assert got == status, body
+    _json_error(got, headers, body)
+
+
 async def test_slow_headers_are_cut_off_with_408(served: Served) -> None:
     reader, writer = await served.connect()
     started = time.monotonic()
@@ -198,7 +218,7 @@ async def test_slow_headers_are_cut_off_with_408(served: Served) -> None:
     assert status == 408
     _json_error(status, headers, body)
     assert await reader.read() == b""  # closed
-    assert time.monotonic() - started < LIMITS.header_timeout_s + 1.0
+    assert time.monotonic() - started < LIMITS.header_timeout_s + 2.0
     writer.close()
     assert await served.healthy()
 
@@ -217,7 +237,7 @@ async def test_headers_trickled_byte_by_byte_are_cut_off_too(served: Served) -> 
         status, _, _ = await asyncio.wait_for(read_response(reader), 5)
     finally:
         trickling.cancel()
-    assert status == 408 and time.monotonic() - started < LIMITS.header_timeout_s + 1.0
+    assert status == 408 and time.monotonic() - started < LIMITS.header_timeout_s + 2.0
     writer.close()
 
 
@@ -247,7 +267,7 @@ async def test_a_slow_body_is_cut_off_with_408_and_nothing_is_stored(
     status, headers, body = await asyncio.wait_for(read_response(reader), 5)
     assert status == 408
     assert "body" in _json_error(status, headers, body)["message"]
-    assert time.monotonic() - started < LIMITS.body_timeout_s + 1.0
+    assert time.monotonic() - started < LIMITS.body_timeout_s + 2.0
     assert await asyncio.wait_for(reader.read(), 5) == b""  # closed (after a short linger)
     writer.close()
     assert await snapshot() == before
@@ -262,7 +282,7 @@ async def test_connections_beyond_the_limit_are_refused_at_once_and_others_still
         reader, writer = await served.connect()
         started = time.monotonic()
         status, headers, body = await asyncio.wait_for(read_response(reader), 5)
-        assert status == 503 and time.monotonic() - started < 1.0
+        assert status == 503 and time.monotonic() - started < 2.0
         _json_error(status, headers, body)
         assert await reader.read() == b""
         writer.close()
