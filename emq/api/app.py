@@ -467,12 +467,17 @@ def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> 
 
 
 def _letter_view(group: int, letter: DeadLetter) -> dict[str, Any]:
-    envelope = Envelope.decode(letter.payload)
+    try:
+        envelope = Envelope.decode(letter.payload)
+        job: dict[str, Any] = {"job_id": envelope.id, "job": envelope.job.to_dict()}
+    except (ValueError, KeyError, TypeError, AttributeError):
+        # An entry the worker could not read (written into Redis by other means): shown as is.
+        raw = letter.payload.decode(errors="replace")
+        job = {"job_id": None, "job": None, "raw": raw}
     return {
         "id": f"{group}:{letter.id}",
-        "job_id": envelope.id,
+        **job,
         "priority": letter.priority.value,
-        "job": envelope.job.to_dict(),
         "error": letter.error,
         "status": letter.status,
         "attempts": letter.attempts,

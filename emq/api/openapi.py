@@ -148,9 +148,13 @@ _SCHEMAS: dict[str, Any] = {
         "type": "object",
         "properties": {
             "id": {"type": "string"},
-            "job_id": {"type": "string"},
+            "job_id": {"type": ["string", "null"]},
             "priority": {"type": "string"},
-            "job": _ref("Job"),
+            "job": {"oneOf": [_ref("Job"), {"type": "null"}]},
+            "raw": {
+                "type": "string",
+                "description": "an entry that could not be read as a job (job is null), as text",
+            },
             "error": {"type": "string"},
             "status": {"type": ["integer", "null"]},
             "attempts": {"type": "integer"},

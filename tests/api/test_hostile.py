@@ -20,7 +20,10 @@ from aiohttp import web
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
 from emq.compose import open_config, open_queues
-from emq.settings import Settings
+from emq.errors import ConfigError
+from emq.interfaces import DeadLetter
+from emq.model import Namespace, Priority, TopicRef
+from emq.settings import Settings, load
 from tests.api.conftest import ADMIN, Api
 from tests.api.test_bad_input import JOB, JOBS, _rejected
 
@@ -314,3 +317,33 @@ async def test_many_slow_clients_are_all_cut_off_and_the_api_serves_others_meanw
     for _, w in slow:
         w.close()
     assert await served.healthy()
+
+
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("EMQ_API_MAX_CONNECTIONS", "0"),
+        ("EMQ_API_HEADER_TIMEOUT_S", "-1"),
+        ("EMQ_API_BODY_TIMEOUT_S", "soon"),
+        ("EMQ_API_KEEPALIVE_TIMEOUT_S", "0"),
+    ],
+)
+def test_a_bad_limit_is_a_one_line_error_naming_the_variable(var: str, value: str) -> None:
+    with pytest.raises(ConfigError) as info:
+        load(ApiSettings, {var: value}, env_prefix="EMQ_API_")
+    assert var in str(info.value) and "\n" not in str(info.value)
+
+
+async def test_the_dlq_lists_an_entry_the_worker_could_not_read(
+    seeded: tuple[Api, dict[str, str]],
+) -> None:
+    api, acme = seeded
+    group = TopicRef(Namespace.ONLINE, "acme", "orders").group(0)
+    await api.queues.claim(group, 1)
+    letter = DeadLetter("", Priority.MEDIUM, b"not \xff json", "unreadable job", None, 1, 0)
+    await api.queues.dead_letter(group, 1, [letter])
+    r = await api.client.get("/v1/tenants/acme/topics/orders/dlq", headers=acme)
+    assert r.status == 200, await r.text()
+    (dead,) = (await r.json())["dead"]
+    assert dead["job"] is None and dead["raw"] == "not \ufffd json"
+    assert dead["error"] == "unreadable job"
