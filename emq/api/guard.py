@@ -7,17 +7,20 @@ line over 8190 bytes, a malformed request) in ``text/plain``. This module adds, 
 * **max connections**: a connection beyond ``max_connections`` open at once is answered
   ``503`` (the JSON error shape, ``Connection: close``) and closed at once, before it can hold
   a descriptor or a task for long;
-* **header timeout**: from the first byte of a request, its request line and headers must
-  arrive within ``header_timeout_s``, else the client gets ``408`` and the connection is
-  closed (slowloris). The body has its own timeout where it is read (:mod:`emq.api.app`);
+* **header timeout**: a request's line and headers must arrive within ``header_timeout_s`` of
+  its first byte (of the connection's opening, for its first request), else the client gets
+  ``408`` and the connection is closed (slowloris). An idle keep-alive connection between
+  requests is aiohttp's ``keepalive_timeout``. The body has its own timeout where it is read
+  (:mod:`emq.api.app`);
 * **JSON errors**: aiohttp's own error responses use ``{"error": {"code", "message"}}``.
 
 States of a connection's header timer::
 
-    idle --first byte of a request--> ARMED --its handler starts--> idle
-                                        | header_timeout_s
-                                        v
-                                     408, closed
+    opened ---------------------------+
+    idle --first byte of a request----+--> ARMED --its handler starts--> idle
+                                             | header_timeout_s
+                                             v
+                                          408, closed
 
 The hooks used (``Server.__call__``, ``RequestHandler.data_received``, ``_handle_request``,
 ``handle_error``) are aiohttp's protocol factory and handler; ``tests/api/test_hostile.py``
@@ -81,6 +84,8 @@ class GuardedRequestHandler(RequestHandler):
         super().connection_made(transport)
         if self._guard.open > self._limits.max_connections:
             self._refuse(TOO_MANY)
+        else:  # a new connection owes its first request at once, not after an idle wait
+            self._arm()
 
     def connection_lost(self, exc: BaseException | None) -> None:
         self._disarm()
@@ -90,14 +95,17 @@ class GuardedRequestHandler(RequestHandler):
         # A request's first byte arms the timer; its handler starting disarms it. Bytes that
         # arrive while a handler runs are its body (timed where it is read).
         if self._header_timer is None and not self._request_in_progress and data:
-            self._header_timer = self._loop.call_later(
-                self._limits.header_timeout_s, self._headers_overdue
-            )
+            self._arm()
         super().data_received(data)
 
     async def _handle_request(self, request: BaseRequest, *args: Any) -> Any:
         self._disarm()
         return await super()._handle_request(request, *args)
+
+    def _arm(self) -> None:
+        self._header_timer = self._loop.call_later(
+            self._limits.header_timeout_s, self._headers_overdue
+        )
 
     def _disarm(self) -> None:
         if self._header_timer is not None:

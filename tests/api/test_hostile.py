@@ -153,18 +153,30 @@ async def read_response(reader: asyncio.StreamReader) -> tuple[int, dict[str, st
 
 
 @pytest.fixture
-async def served(settings: Settings) -> AsyncIterator[Served]:
+async def serve_api(settings: Settings) -> AsyncIterator[Any]:
+    """Start ``emq api``'s server (its runner) with the given limits, on a free port."""
     queues = await open_queues(settings)
     config = await open_config(settings)
-    runner = make_runner(make_app(settings, LIMITS, config, queues), LIMITS)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield Served(runner, port)
-    await runner.cleanup()
+    runners: list[web.AppRunner] = []
+
+    async def start(limits: ApiSettings) -> Served:
+        runner = make_runner(make_app(settings, limits, config, queues), limits)
+        await runner.setup()
+        runners.append(runner)
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        return Served(runner, site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+
+    yield start
+    for runner in runners:
+        await runner.cleanup()
     await config.aclose()
     await queues.aclose()
+
+
+@pytest.fixture
+async def served(serve_api: Any) -> Served:
+    return await serve_api(LIMITS)  # type: ignore[no-any-return]
 
 
 def _json_error(status: int, headers: dict[str, str], body: bytes) -> dict[str, Any]:
@@ -277,10 +289,23 @@ async def test_a_slow_body_is_cut_off_with_408_and_nothing_is_stored(
     assert await served.healthy()
 
 
-async def test_connections_beyond_the_limit_are_refused_at_once_and_others_still_served(
+async def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(
     served: Served,
 ) -> None:
-    held = [await served.connect() for _ in range(LIMITS.max_connections)]
+    reader, writer = await served.connect()
+    started = time.monotonic()
+    status, _, _ = await asyncio.wait_for(read_response(reader), 5)
+    assert status == 408 and time.monotonic() - started < LIMITS.header_timeout_s + 2.0
+    assert await reader.read() == b""
+    writer.close()
+
+
+async def test_connections_beyond_the_limit_are_refused_at_once_and_others_still_served(
+    serve_api: Any,
+) -> None:
+    limits = ApiSettings(header_timeout_s=60, max_connections=20)  # held open, not timed out
+    served = await serve_api(limits)
+    held = [await served.connect() for _ in range(limits.max_connections)]
     try:
         reader, writer = await served.connect()
         started = time.monotonic()
