@@ -132,9 +132,13 @@ class GuardedRequestHandler(RequestHandler):
         """aiohttp's own errors (unparsable requests, an escaped exception) as JSON."""
         if status >= 500:
             self.log_exception("error handling a request from %s", request.remote, exc_info=exc)
+        else:  # a client's mistake (or attack): not worth a traceback in the log
+            self.log_debug("bad request from %s: %s", request.remote, message)
         if request.writer.output_size > 0:  # a response is half sent: only closing is left
             raise ConnectionError("response already started; cannot send an error")
-        if status >= 500:
+        if status == 504:  # a handler timed out
+            response = error_response(status, "timeout", "the request timed out")
+        elif status >= 500:
             response = error_response(status, "internal", "internal error")
         else:
             detail = (message or "bad request")[:MAX_ERROR_DETAIL]
