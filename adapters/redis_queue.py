@@ -40,8 +40,16 @@ its script cache (restart, failover) answers NOSCRIPT, and those commands, which
 re-sent once after SCRIPT LOAD.
 
 Driver errors are translated at this seam: unreachable or transiently refusing Redis becomes
-:class:`~emq.errors.BackendUnavailable`. A put that fails half-way may have stored part of the
-batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
+:class:`~emq.errors.BackendUnavailable`, and :attr:`RedisQueueBackend.health` records what the
+last call found (for the health endpoints). A put that fails half-way may have stored part of
+the batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
+
+Restarts and failovers (see :func:`client_options`): the pool checks a pooled connection before
+lending it, so one the server closed (restart, failover) is replaced instead of failing the
+next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
+connection is sent once more when repeating it cannot apply anything twice (every call but a
+put of jobs without idempotency keys and a dead letter: their outcome is unknown, and the caller
+decides). A Cluster client also retries on its own while it re-learns the slots (failover).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any, NamedTuple, TypeAlias, TypeVar
@@ -56,12 +65,16 @@ from typing import Any, NamedTuple, TypeAlias, TypeVar
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
+from redis.maint_notifications import MaintNotificationsConfig
 
 from adapters import _redis_scripts as lua
 from emq.errors import BackendUnavailable, Fenced, InvalidInput
 from emq.interfaces import (
+    BackendHealth,
     Checkpoint,
     DeadLetter,
     Entry,
@@ -176,6 +189,7 @@ class RedisQueueBackend(QueueBackend):
         self._cluster = isinstance(client, RedisCluster)
         self._key_cache: dict[QueueRef, _QueueKeys] = {}
         self._closed = False
+        self.health = BackendHealth()
         register = client.register_script
         self._append = register(lua.APPEND)
         self._read = register(lua.READ)
@@ -217,27 +231,49 @@ class RedisQueueBackend(QueueBackend):
     async def load_scripts(self) -> None:
         """Load every script into Redis (on a Cluster client, into every primary)."""
         with _translated("script load"):
-            for script in self._scripts:
-                await self._client.script_load(script.script)
+            await self._load_scripts()
+
+    async def _load_scripts(self) -> None:
+        for script in self._scripts:
+            await self._client.script_load(script.script)
         log.info("loaded %d Lua scripts into redis", len(self._scripts))
 
-    async def _pipeline(self, commands: Sequence[Command], what: str) -> list[Any]:
-        """Send ``commands`` in one pipeline; replies in order, the first error raised."""
+    async def _pipeline(
+        self, commands: Sequence[Command], what: str, *, repeatable: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` in one pipeline; replies in order, the first error raised.
+
+        ``repeatable``: sending the commands twice applies nothing twice, so a broken
+        connection is worth one more try on a fresh one (see the module docstring).
+        """
         if not commands:
             return []
-        with _translated(what):
+        try:
+            with _translated(what):
+                replies = await self._pipeline_once(commands, repeatable)
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
+        return replies
+
+    async def _pipeline_once(self, commands: Sequence[Command], repeatable: bool) -> list[Any]:
+        try:
             replies = await self._send(commands)
-            retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
-            if retry:
-                # Those commands did not run: re-sending them cannot apply anything twice.
-                await self.load_scripts()
-                for i, reply in zip(
-                    retry, await self._send([commands[i] for i in retry]), strict=True
-                ):
-                    replies[i] = reply
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
+        except rex.ConnectionError as e:
+            if not repeatable:
+                raise
+            log.info("redis connection broke (%s); sending once more", e)
+            replies = await self._send(commands)
+        retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
+        if retry:
+            # Those commands did not run: re-sending them cannot apply anything twice.
+            await self._load_scripts()
+            for i, reply in zip(retry, await self._send([commands[i] for i in retry]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         return replies
 
     async def _send(self, commands: Sequence[Command]) -> list[Any]:
@@ -247,8 +283,8 @@ class RedisQueueBackend(QueueBackend):
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         return replies
 
-    async def _call(self, command: Command, what: str) -> Any:
-        return (await self._pipeline([command], what))[0]
+    async def _call(self, command: Command, what: str, *, repeatable: bool = True) -> Any:
+        return (await self._pipeline([command], what, repeatable=repeatable))[0]
 
     def _group_streams(self, group: GroupRef) -> tuple[str, str, str]:
         """The high, medium and low streams, in the order the scripts expect them."""
@@ -282,7 +318,11 @@ class RedisQueueBackend(QueueBackend):
         if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
             commands += self._hint_commands(hints)
             hints = _Hints()
-        replies = await self._pipeline(commands, "put")
+        # A put without idempotency keys is not sent twice: had the first one reached Redis
+        # before the connection broke, the jobs would be stored twice (the caller gets
+        # BackendUnavailable and may retry with keys); with keys, Redis de-duplicates.
+        repeatable = all(item.idempotency_key is not None for item in items)
+        replies = await self._pipeline(commands, "put", repeatable=repeatable)
         results = []
         for item, (index, position) in zip(items, slots, strict=True):
             reply = replies[index]
@@ -564,7 +604,8 @@ class RedisQueueBackend(QueueBackend):
             status = "" if d.status is None else d.status
             args += (d.priority.value, d.payload, d.error, status, d.attempts, d.failed_at_ms)
         keys = (self._keys.dlq(group), self._keys.epoch(group))
-        reply = await self._call(self._eval(self._dead_letter, keys, args), "dead_letter")
+        command = self._eval(self._dead_letter, keys, args)
+        reply = await self._call(command, "dead_letter", repeatable=False)  # XADD: not twice
         self._fenced_result(reply, group, epoch, "dead letter")
 
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
@@ -628,7 +669,12 @@ class RedisQueueBackend(QueueBackend):
                     after = await self._ready_tail(key) if cursor is None else _cursor(cursor)
                     reply = await self._blocking.xread({key: after}, max(1, count), block)
         except TimeoutError as e:  # the server took the command but never answered
+            self.health.failed(f"no answer to a blocking read of {key}")
             raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
         return _ready_names(reply, after)
 
     async def _ready_tail(self, key: str) -> str:
@@ -776,15 +822,51 @@ def _dead_letter(id_: bytes, fields: Mapping[bytes, bytes]) -> DeadLetter:
     )
 
 
+def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
+    """The redis-py client options EMQ uses (``opts`` override them), for every client it makes.
+
+    * ``maint_notifications_config`` off: redis-py 8 leaves it ``"auto"``, which its pool
+      reads as on, and then skips checking a pooled connection before lending it; after a
+      restart every pooled connection was lent closed and failed its next command (the API
+      answered 503 for minutes, a worker's claim failed). EMQ runs its own Redis, which sends
+      no maintenance notifications.
+    * TCP keepalive (idle 10 s, then 3 probes 5 s apart): a connection whose server vanished
+      without closing it (host crash, partition) breaks within ~25 s instead of hanging.
+    * ``retry``: a standalone client never re-sends a command by itself (``from_url`` made one
+      that doesn't either, but implicitly): the backend knows which calls may be repeated and
+      does it (:meth:`RedisQueueBackend._pipeline`). A Cluster client retries moved slots,
+      connection errors and CLUSTERDOWN with jittered exponential backoff (50 ms up to 1 s,
+      10 times: ~6 s, a failover's election with ``cluster-node-timeout 5000``), re-learning
+      the topology in between: that is how it follows a failover.
+    """
+    keepalive: dict[int, int] = {}
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):  # Linux names; other systems keep their defaults
+            keepalive[getattr(socket, name)] = value
+    base: dict[str, Any] = {
+        "max_connections": DEFAULT_MAX_CONNECTIONS,
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+        "socket_keepalive": True,
+        "socket_keepalive_options": keepalive,
+        "socket_connect_timeout": 5.0,
+    }
+    if cluster:
+        base["retry"] = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 10)
+    else:
+        base["retry"] = Retry(NoBackoff(), 0)
+    return base | opts
+
+
 async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> RedisQueueBackend:
     """Connect to ``url`` (one node of a Cluster if ``cluster``) and return a backend on it.
 
     ``opts`` go to :class:`RedisQueueBackend` when they are its own (``idempotency_window_s``)
-    and to the redis client otherwise (timeouts, retries). Loading the scripts checks that Redis
-    answers: an unreachable one is :class:`~emq.errors.BackendUnavailable` here, not later.
+    and to the redis client otherwise (timeouts, retries; see :func:`client_options`). Loading
+    the scripts checks that Redis answers: an unreachable one is
+    :class:`~emq.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
-    opts.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    opts = client_options(cluster, **opts)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
     client: Client = make(url, **opts)
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).

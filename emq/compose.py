@@ -5,6 +5,7 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from adapters.redis_history import RedisHistoryStore
+from adapters.redis_queue import client_options
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
@@ -50,9 +51,10 @@ def open_fleet_view(settings: Settings) -> FleetView:
 
 
 def open_history(settings: Settings) -> HistoryStore:
+    options = client_options(settings.redis_cluster)
     client = (
-        aioredis.RedisCluster.from_url(settings.redis_url)
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
         if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url)
+        else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
