@@ -72,7 +72,7 @@ from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from adapters import _redis_scripts as lua
-from emq.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.errors import BackendUnavailable, ConfigError, Fenced, InvalidInput
 from emq.interfaces import (
     BackendHealth,
     Checkpoint,
@@ -177,9 +177,15 @@ class RedisQueueBackend(QueueBackend):
         *,
         idempotency_window_s: int = DEFAULT_IDEMPOTENCY_WINDOW_S,
         blocking_client: Client | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         if idempotency_window_s <= 0:
             raise ValueError("idempotency_window_s must be greater than 0")
+        if wait_replicas and isinstance(client, RedisCluster):
+            # WAIT counts the replicas of the node it is sent to, and a put spans many nodes.
+            raise ConfigError("EMQ_DURABILITY=replica needs a standalone Redis, not a Cluster")
+        self._wait = (wait_replicas, wait_timeout_ms) if wait_replicas > 0 else None
         self._client = client
         # wait_ready's XREAD BLOCK holds a connection for seconds: on its own client it neither
         # takes the main pool's connections nor trips the main client's socket timeout.
@@ -306,6 +312,24 @@ class RedisQueueBackend(QueueBackend):
     async def ping(self) -> None:
         await self._call(("PING",), "ping")
 
+    async def persistence(self) -> list[tuple[str, str, str]]:
+        """(node, ``appendonly``, ``appendfsync``) of the server, or of every Cluster primary.
+
+        :class:`~emq.errors.ConfigError` if the server refuses CONFIG GET (renamed or ACL'd).
+        """
+        with _translated("config get"):
+            try:
+                if isinstance(self._client, RedisCluster):
+                    found = [
+                        (n.name, await self._client.config_get("append*", target_nodes=n))
+                        for n in self._client.get_primaries()
+                    ]
+                else:
+                    found = [("redis", await self._client.config_get("append*"))]
+            except rex.ResponseError as e:
+                raise ConfigError(f"cannot read the Redis persistence settings: {e}") from e
+        return [(node, _conf(c, "appendonly"), _conf(c, "appendfsync")) for node, c in found]
+
     # ------------------------------------------------------------------ puts and reads
 
     async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
@@ -318,11 +342,15 @@ class RedisQueueBackend(QueueBackend):
         if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
             commands += self._hint_commands(hints)
             hints = _Hints()
+        if self._wait is not None:  # on the same connection: waits for the writes above
+            commands.append(("WAIT", *self._wait))
         # A put without idempotency keys is not sent twice: had the first one reached Redis
         # before the connection broke, the jobs would be stored twice (the caller gets
         # BackendUnavailable and may retry with keys); with keys, Redis de-duplicates.
         repeatable = all(item.idempotency_key is not None for item in items)
         replies = await self._pipeline(commands, "put", repeatable=repeatable)
+        if self._wait is not None:
+            _check_acknowledged(int(replies[-1]), *self._wait)
         results = []
         for item, (index, position) in zip(items, slots, strict=True):
             reply = replies[index]
@@ -801,6 +829,22 @@ def _put_result(item: PutItem, reply: Any) -> PutResult:
     return PutResult(item.job_id, offset=_offset(value))
 
 
+def _check_acknowledged(replicas: int, wanted: int, timeout_ms: int) -> None:
+    """Raise BackendUnavailable unless WAIT reported ``wanted`` replicas."""
+    if replicas < wanted:
+        raise BackendUnavailable(
+            f"jobs written to the Redis primary but acknowledged by {replicas} of {wanted} "
+            f"replicas within {timeout_ms} ms: they are possibly stored; retry with the same "
+            "idempotency_key to avoid a duplicate"
+        )
+
+
+def _conf(config: Mapping[Any, Any], name: str) -> str:
+    """One CONFIG GET value, whatever the client decoded."""
+    value = config.get(name, config.get(name.encode(), b""))
+    return _text(value)
+
+
 def _dlq_id(text: str) -> str:
     """A DLQ id given by a user, checked so it cannot change the meaning of a range."""
     try:
@@ -866,14 +910,20 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     :class:`~emq.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
+    wait = {k: opts.pop(k) for k in ("wait_replicas", "wait_timeout_ms") if k in opts}
     opts = client_options(cluster, **opts)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
     client: Client = make(url, **opts)
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).
     blocking: Client = make(url, **{**opts, "socket_timeout": None})
-    backend = RedisQueueBackend(
-        client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking
-    )
+    try:
+        backend = RedisQueueBackend(
+            client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking, **wait
+        )
+    except BaseException:
+        await blocking.aclose()
+        await client.aclose()
+        raise
     try:
         await backend.load_scripts()
     except BaseException:
