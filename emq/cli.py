@@ -93,6 +93,7 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     values["admin_token"] = "***" if settings.admin_token else ""
     values["push_allow_cidrs"] = [str(n) for n in settings.push_allow_cidrs]
     values["namespace"] = settings.namespace.value
+    values["durability"] = settings.durability.value
     if args.json:
         print(json.dumps(values, indent=2))
     else:
