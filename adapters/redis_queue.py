@@ -40,8 +40,16 @@ its script cache (restart, failover) answers NOSCRIPT, and those commands, which
 re-sent once after SCRIPT LOAD.
 
 Driver errors are translated at this seam: unreachable or transiently refusing Redis becomes
-:class:`~emq.errors.BackendUnavailable`. A put that fails half-way may have stored part of the
-batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
+:class:`~emq.errors.BackendUnavailable`, and :attr:`RedisQueueBackend.health` records what the
+last call found (for the health endpoints). A put that fails half-way may have stored part of
+the batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
+
+Restarts and failovers (see :func:`client_options`): the pool checks a pooled connection before
+lending it, so one the server closed (restart, failover) is replaced instead of failing the
+next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
+connection is sent once more when repeating it cannot apply anything twice (every call but a
+put of jobs without idempotency keys and a dead letter: their outcome is unknown, and the caller
+decides). A Cluster client also retries on its own while it re-learns the slots (failover).
 """
 
 from __future__ import annotations
@@ -49,6 +57,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import socket
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from itertools import chain
 from typing import Any, NamedTuple, TypeAlias, TypeVar
@@ -56,12 +65,16 @@ from typing import Any, NamedTuple, TypeAlias, TypeVar
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
+from redis.asyncio.retry import Retry
+from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
+from redis.maint_notifications import MaintNotificationsConfig
 
 from adapters import _redis_scripts as lua
-from emq.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.errors import BackendUnavailable, ConfigError, Fenced, InvalidInput
 from emq.interfaces import (
+    BackendHealth,
     Checkpoint,
     DeadLetter,
     Entry,
@@ -131,8 +144,12 @@ def _text(raw: bytes | str) -> str:
 
 
 def _is_unreachable_cluster(e: BaseException) -> bool:
-    # RedisCluster wraps "no startup node answered" in a bare RedisClusterException.
-    return isinstance(e, rex.RedisClusterException) and isinstance(e.__cause__, _UNAVAILABLE)
+    # RedisCluster wraps "no startup node answered" in a bare RedisClusterException, and while a
+    # failover is under way re-learning the slots can find some uncovered ("All slots are not
+    # covered after query all startup_nodes"): both pass once the cluster has a primary again.
+    if not isinstance(e, rex.RedisClusterException):
+        return False
+    return isinstance(e.__cause__, _UNAVAILABLE) or "slots are not covered" in str(e)
 
 
 @contextlib.contextmanager
@@ -164,9 +181,15 @@ class RedisQueueBackend(QueueBackend):
         *,
         idempotency_window_s: int = DEFAULT_IDEMPOTENCY_WINDOW_S,
         blocking_client: Client | None = None,
+        wait_replicas: int = 0,
+        wait_timeout_ms: int = 1000,
     ) -> None:
         if idempotency_window_s <= 0:
             raise ValueError("idempotency_window_s must be greater than 0")
+        if wait_replicas and isinstance(client, RedisCluster):
+            # WAIT counts the replicas of the node it is sent to, and a put spans many nodes.
+            raise ConfigError("EMQ_DURABILITY=replica needs a standalone Redis, not a Cluster")
+        self._wait = (wait_replicas, wait_timeout_ms) if wait_replicas > 0 else None
         self._client = client
         # wait_ready's XREAD BLOCK holds a connection for seconds: on its own client it neither
         # takes the main pool's connections nor trips the main client's socket timeout.
@@ -176,6 +199,7 @@ class RedisQueueBackend(QueueBackend):
         self._cluster = isinstance(client, RedisCluster)
         self._key_cache: dict[QueueRef, _QueueKeys] = {}
         self._closed = False
+        self.health = BackendHealth()
         register = client.register_script
         self._append = register(lua.APPEND)
         self._read = register(lua.READ)
@@ -217,27 +241,49 @@ class RedisQueueBackend(QueueBackend):
     async def load_scripts(self) -> None:
         """Load every script into Redis (on a Cluster client, into every primary)."""
         with _translated("script load"):
-            for script in self._scripts:
-                await self._client.script_load(script.script)
+            await self._load_scripts()
+
+    async def _load_scripts(self) -> None:
+        for script in self._scripts:
+            await self._client.script_load(script.script)
         log.info("loaded %d Lua scripts into redis", len(self._scripts))
 
-    async def _pipeline(self, commands: Sequence[Command], what: str) -> list[Any]:
-        """Send ``commands`` in one pipeline; replies in order, the first error raised."""
+    async def _pipeline(
+        self, commands: Sequence[Command], what: str, *, repeatable: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` in one pipeline; replies in order, the first error raised.
+
+        ``repeatable``: sending the commands twice applies nothing twice, so a broken
+        connection is worth one more try on a fresh one (see the module docstring).
+        """
         if not commands:
             return []
-        with _translated(what):
+        try:
+            with _translated(what):
+                replies = await self._pipeline_once(commands, repeatable)
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
+        return replies
+
+    async def _pipeline_once(self, commands: Sequence[Command], repeatable: bool) -> list[Any]:
+        try:
             replies = await self._send(commands)
-            retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
-            if retry:
-                # Those commands did not run: re-sending them cannot apply anything twice.
-                await self.load_scripts()
-                for i, reply in zip(
-                    retry, await self._send([commands[i] for i in retry]), strict=True
-                ):
-                    replies[i] = reply
-            for reply in replies:
-                if isinstance(reply, Exception):
-                    raise reply
+        except rex.ConnectionError as e:
+            if not repeatable:
+                raise
+            log.info("redis connection broke (%s); sending once more", e)
+            replies = await self._send(commands)
+        retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
+        if retry:
+            # Those commands did not run: re-sending them cannot apply anything twice.
+            await self._load_scripts()
+            for i, reply in zip(retry, await self._send([commands[i] for i in retry]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
         return replies
 
     async def _send(self, commands: Sequence[Command]) -> list[Any]:
@@ -247,8 +293,8 @@ class RedisQueueBackend(QueueBackend):
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         return replies
 
-    async def _call(self, command: Command, what: str) -> Any:
-        return (await self._pipeline([command], what))[0]
+    async def _call(self, command: Command, what: str, *, repeatable: bool = True) -> Any:
+        return (await self._pipeline([command], what, repeatable=repeatable))[0]
 
     def _group_streams(self, group: GroupRef) -> tuple[str, str, str]:
         """The high, medium and low streams, in the order the scripts expect them."""
@@ -270,6 +316,24 @@ class RedisQueueBackend(QueueBackend):
     async def ping(self) -> None:
         await self._call(("PING",), "ping")
 
+    async def persistence(self) -> list[tuple[str, str, str]]:
+        """(node, ``appendonly``, ``appendfsync``) of the server, or of every Cluster primary.
+
+        :class:`~emq.errors.ConfigError` if the server refuses CONFIG GET (renamed or ACL'd).
+        """
+        with _translated("config get"):
+            try:
+                if isinstance(self._client, RedisCluster):
+                    found = [
+                        (n.name, await self._client.config_get("append*", target_nodes=n))
+                        for n in self._client.get_primaries()
+                    ]
+                else:
+                    found = [("redis", await self._client.config_get("append*"))]
+            except rex.ResponseError as e:
+                raise ConfigError(f"cannot read the Redis persistence settings: {e}") from e
+        return [(node, _conf(c, "appendonly"), _conf(c, "appendfsync")) for node, c in found]
+
     # ------------------------------------------------------------------ puts and reads
 
     async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
@@ -282,7 +346,15 @@ class RedisQueueBackend(QueueBackend):
         if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
             commands += self._hint_commands(hints)
             hints = _Hints()
-        replies = await self._pipeline(commands, "put")
+        if self._wait is not None:  # on the same connection: waits for the writes above
+            commands.append(("WAIT", *self._wait))
+        # A put without idempotency keys is not sent twice: had the first one reached Redis
+        # before the connection broke, the jobs would be stored twice (the caller gets
+        # BackendUnavailable and may retry with keys); with keys, Redis de-duplicates.
+        repeatable = all(item.idempotency_key is not None for item in items)
+        replies = await self._pipeline(commands, "put", repeatable=repeatable)
+        if self._wait is not None:
+            _check_acknowledged(int(replies[-1]), *self._wait)
         results = []
         for item, (index, position) in zip(items, slots, strict=True):
             reply = replies[index]
@@ -564,7 +636,8 @@ class RedisQueueBackend(QueueBackend):
             status = "" if d.status is None else d.status
             args += (d.priority.value, d.payload, d.error, status, d.attempts, d.failed_at_ms)
         keys = (self._keys.dlq(group), self._keys.epoch(group))
-        reply = await self._call(self._eval(self._dead_letter, keys, args), "dead_letter")
+        command = self._eval(self._dead_letter, keys, args)
+        reply = await self._call(command, "dead_letter", repeatable=False)  # XADD: not twice
         self._fenced_result(reply, group, epoch, "dead letter")
 
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
@@ -628,7 +701,12 @@ class RedisQueueBackend(QueueBackend):
                     after = await self._ready_tail(key) if cursor is None else _cursor(cursor)
                     reply = await self._blocking.xread({key: after}, max(1, count), block)
         except TimeoutError as e:  # the server took the command but never answered
+            self.health.failed(f"no answer to a blocking read of {key}")
             raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
         return _ready_names(reply, after)
 
     async def _ready_tail(self, key: str) -> str:
@@ -755,6 +833,22 @@ def _put_result(item: PutItem, reply: Any) -> PutResult:
     return PutResult(item.job_id, offset=_offset(value))
 
 
+def _check_acknowledged(replicas: int, wanted: int, timeout_ms: int) -> None:
+    """Raise BackendUnavailable unless WAIT reported ``wanted`` replicas."""
+    if replicas < wanted:
+        raise BackendUnavailable(
+            f"jobs written to the Redis primary but acknowledged by {replicas} of {wanted} "
+            f"replicas within {timeout_ms} ms: they are possibly stored; retry with the same "
+            "idempotency_key to avoid a duplicate"
+        )
+
+
+def _conf(config: Mapping[Any, Any], name: str) -> str:
+    """One CONFIG GET value, whatever the client decoded."""
+    value = config.get(name, config.get(name.encode(), b""))
+    return _text(value)
+
+
 def _dlq_id(text: str) -> str:
     """A DLQ id given by a user, checked so it cannot change the meaning of a range."""
     try:
@@ -776,22 +870,64 @@ def _dead_letter(id_: bytes, fields: Mapping[bytes, bytes]) -> DeadLetter:
     )
 
 
+def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
+    """The redis-py client options EMQ uses (``opts`` override them), for every client it makes.
+
+    * ``maint_notifications_config`` off: redis-py 8 leaves it ``"auto"``, which its pool
+      reads as on, and then skips checking a pooled connection before lending it; after a
+      restart every pooled connection was lent closed and failed its next command (the API
+      answered 503 for minutes, a worker's claim failed). EMQ runs its own Redis, which sends
+      no maintenance notifications.
+    * TCP keepalive (idle 10 s, then 3 probes 5 s apart): a connection whose server vanished
+      without closing it (host crash, partition) breaks within ~25 s instead of hanging.
+    * ``retry``: a standalone client never re-sends a command by itself (``from_url`` made one
+      that doesn't either, but implicitly): the backend knows which calls may be repeated and
+      does it (:meth:`RedisQueueBackend._pipeline`). A Cluster client retries moved slots,
+      connection errors and CLUSTERDOWN with jittered exponential backoff (50 ms up to 1 s,
+      10 times: ~6 s, a failover's election with ``cluster-node-timeout 5000``), re-learning
+      the topology in between: that is how it follows a failover.
+    """
+    keepalive: dict[int, int] = {}
+    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
+        if hasattr(socket, name):  # Linux names; other systems keep their defaults
+            keepalive[getattr(socket, name)] = value
+    base: dict[str, Any] = {
+        "max_connections": DEFAULT_MAX_CONNECTIONS,
+        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
+        "socket_keepalive": True,
+        "socket_keepalive_options": keepalive,
+        "socket_connect_timeout": 5.0,
+    }
+    if cluster:
+        base["retry"] = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 10)
+    else:
+        base["retry"] = Retry(NoBackoff(), 0)
+    return base | opts
+
+
 async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> RedisQueueBackend:
     """Connect to ``url`` (one node of a Cluster if ``cluster``) and return a backend on it.
 
     ``opts`` go to :class:`RedisQueueBackend` when they are its own (``idempotency_window_s``)
-    and to the redis client otherwise (timeouts, retries). Loading the scripts checks that Redis
-    answers: an unreachable one is :class:`~emq.errors.BackendUnavailable` here, not later.
+    and to the redis client otherwise (timeouts, retries; see :func:`client_options`). Loading
+    the scripts checks that Redis answers: an unreachable one is
+    :class:`~emq.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
-    opts.setdefault("max_connections", DEFAULT_MAX_CONNECTIONS)
+    wait = {k: opts.pop(k) for k in ("wait_replicas", "wait_timeout_ms") if k in opts}
+    opts = client_options(cluster, **opts)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
     client: Client = make(url, **opts)
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).
     blocking: Client = make(url, **{**opts, "socket_timeout": None})
-    backend = RedisQueueBackend(
-        client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking
-    )
+    try:
+        backend = RedisQueueBackend(
+            client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking, **wait
+        )
+    except BaseException:
+        await blocking.aclose()
+        await client.aclose()
+        raise
     try:
         await backend.load_scripts()
     except BaseException:

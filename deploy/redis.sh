@@ -15,7 +15,13 @@ shift 3
 pidfile="$dir/redis.pid"
 logfile="$dir/redis.log"
 
-pid_alive() { [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; }
+# A killed server can linger as a zombie until init reaps it: that one is not alive.
+pid_alive() {
+  [ -f "$pidfile" ] || return 1
+  local state
+  state=$(ps -o stat= -p "$(cat "$pidfile")" 2>/dev/null) || return 1
+  [ -n "$state" ] && [ "${state#Z}" = "$state" ]
+}
 answers() { [ "$(redis-cli -h 127.0.0.1 -p "$port" ping 2>/dev/null)" = "PONG" ]; }
 
 start() {

@@ -93,6 +93,7 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     values["admin_token"] = "***" if settings.admin_token else ""
     values["push_allow_cidrs"] = [str(n) for n in settings.push_allow_cidrs]
     values["namespace"] = settings.namespace.value
+    values["durability"] = settings.durability.value
     if args.json:
         print(json.dumps(values, indent=2))
     else:
@@ -193,7 +194,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     from emq.bench import enqueue
 
-    result = enqueue.run(duration_s=args.duration_s)
+    if args.durability == "compare":
+        result = enqueue.compare(duration_s=args.duration_s)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            for mode, figures in result["modes"].items():
+                print(f"{mode:<8} " + "  ".join(f"{k} {v}" for k, v in figures.items()))
+        return 0
+    result = enqueue.run(duration_s=args.duration_s, durability=args.durability)
     if args.json:
         print(json.dumps(result, indent=2))
     else:
@@ -288,6 +297,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
     )
     bench.add_argument("--out", metavar="FILE", help="all: also write the JSON document to FILE")
+    bench.add_argument(
+        "--durability",
+        choices=["default", "fsync", "replica", "compare"],
+        default="default",
+        help="enqueue: EMQ_DURABILITY of the API and the Redis it starts (fsync: appendfsync "
+        "always; replica: plus one replica); compare: all three in one run",
+    )
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)
 

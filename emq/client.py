@@ -6,7 +6,15 @@ catch ``NotFound`` or ``BacklogFull`` whether they run next to the API or across
 
 :class:`Producer` batches under the hood: ``await producer.send(job)`` costs one small append;
 jobs are gathered into batches of up to ``max_batch`` (or whatever arrived within ``linger_s``),
-and up to ``max_in_flight`` batches travel at once. Its states::
+and up to ``max_in_flight`` batches travel at once.
+
+Retries (:class:`Backoff`, the one policy of both): an enqueue answered 503 or not answered at
+all (connection refused or reset, timeout) is sent again with exponential backoff and full
+jitter until ``retry_for_s`` has passed; a 429 after its Retry-After. A job is never dropped
+silently: after the deadline its error is raised (Client) or set on its future (Producer). A
+retried request whose first attempt was in fact stored stores the jobs twice, unless they carry
+an ``idempotency_key`` (then the API answers them as duplicates): give jobs keys when a
+duplicate delivery matters. The Producer's states::
 
     OPEN --aclose()/__aexit__--> CLOSING (pending jobs still delivered) --> CLOSED
 
@@ -20,11 +28,13 @@ from __future__ import annotations
 import asyncio
 import io
 import json
+import random
 import re
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import TracebackType
-from typing import Any, Self
+from typing import Any, Self, TypeVar
 from urllib.parse import quote
 
 import aiohttp
@@ -33,6 +43,11 @@ from emq import errors
 
 MAX_BATCH_JOBS = 1000  # the API's default limit of jobs per request
 JSON_TYPE = "application/json"
+DEFAULT_RETRY_FOR_S = 60.0
+FIRST_RETRY_S = 0.1
+MAX_RETRY_S = 5.0
+
+_T = TypeVar("_T")
 
 # ----------------------------------------------------------------------------- error mapping
 
@@ -107,6 +122,50 @@ def describe(error: BaseException) -> str:
     return f"{text} (field: {field})" if field else text
 
 
+# ----------------------------------------------------------------------------- retries
+
+
+class Backoff:
+    """When to send an enqueue again, within a deadline of ``retry_for_s`` from the first try.
+
+    Retried: :class:`~emq.errors.BackendUnavailable` (a 503, or no answer: refused, reset,
+    timed out), after ``FIRST_RETRY_S * 2**n`` capped at ``MAX_RETRY_S`` with full jitter (so
+    many clients cut off together do not return together), and :class:`~emq.errors.BacklogFull`
+    after its Retry-After. Anything else is final (a 4xx will not change by itself).
+    """
+
+    def __init__(self, retry_for_s: float, *, rand: Callable[[], float] = random.random) -> None:
+        if retry_for_s < 0:
+            raise ValueError("retry_for_s must be at least 0")
+        self._deadline = time.monotonic() + retry_for_s
+        self._rand = rand
+        self.attempts = 0
+
+    def delay_for(self, error: BaseException) -> float | None:
+        """Seconds to wait before the next try after ``error``, or None: give up (raise it)."""
+        if isinstance(error, errors.BacklogFull):
+            delay = error.retry_after_s
+        elif isinstance(error, errors.BackendUnavailable):
+            delay = min(MAX_RETRY_S, FIRST_RETRY_S * 2**self.attempts) * self._rand()
+        else:
+            return None
+        if time.monotonic() + delay > self._deadline:
+            return None
+        self.attempts += 1
+        return delay
+
+    async def run(self, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``await call()``, again after each retryable error until the deadline."""
+        while True:
+            try:
+                return await call()
+            except (errors.BackendUnavailable, errors.BacklogFull) as e:
+                delay = self.delay_for(e)
+                if delay is None:
+                    raise
+                await asyncio.sleep(delay)
+
+
 # ----------------------------------------------------------------------------- client
 
 
@@ -134,8 +193,12 @@ class Client:
         namespace: str | None = None,
         timeout_s: float = 30,
         session: aiohttp.ClientSession | None = None,
+        retry_for_s: float = DEFAULT_RETRY_FOR_S,
     ) -> None:
+        if retry_for_s < 0:
+            raise ValueError("retry_for_s must be at least 0")
         self.api_url = api_url.rstrip("/")
+        self.retry_for_s = retry_for_s  # enqueues only: other routes are not retried
         self.namespace = namespace
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
@@ -308,17 +371,22 @@ class Client:
     ) -> dict[str, Any]:
         """Enqueue one job (a dict) or many (a list, sent in requests of up to 1000 jobs).
 
-        Returns ``{"ids": [...], "duplicates": n}``. Batches go one after the other; if one
-        fails, its error is raised and the batches before it stay accepted.
+        Returns ``{"ids": [...], "duplicates": n}``. Each request is retried (see
+        :class:`Backoff`) for up to ``retry_for_s``. Batches go one after the other; if one
+        fails for good, its error is raised and the batches before it stay accepted.
         """
         path = self._topic_path(tenant, topic, "jobs")
         query = self._topic_query(namespace)
+
+        def post(body: object) -> Callable[[], Awaitable[dict[str, Any]]]:
+            return lambda: self._object("POST", path, body=body, query=query)
+
         if isinstance(job_or_jobs, Mapping):
-            return await self._object("POST", path, body=job_or_jobs, query=query)
+            return await Backoff(self.retry_for_s).run(post(job_or_jobs))
         ids: list[str] = []
         duplicates = 0
         for batch in _batches(job_or_jobs, MAX_BATCH_JOBS):
-            answer = await self._object("POST", path, body={"jobs": list(batch)}, query=query)
+            answer = await Backoff(self.retry_for_s).run(post({"jobs": list(batch)}))
             ids += answer["ids"]
             duplicates += answer["duplicates"]
         return {"ids": ids, "duplicates": duplicates}
@@ -326,7 +394,8 @@ class Client:
     async def enqueue_encoded(
         self, tenant: str, topic: str, jobs: Sequence[bytes], *, namespace: str | None = None
     ) -> dict[str, Any]:
-        """Enqueue jobs already encoded as JSON objects, in one request (the Producer's path)."""
+        """Enqueue jobs already encoded as JSON objects, in one request, not retried (the
+        Producer's path: it retries on its own)."""
         raw = b'{"jobs":[' + b",".join(jobs) + b"]}"
         path = self._topic_path(tenant, topic, "jobs")
         query = self._topic_query(namespace)
@@ -341,9 +410,10 @@ class Client:
         max_batch: int = MAX_BATCH_JOBS,
         linger_s: float = 0.02,
         max_in_flight: int = 4,
-        retry_for_s: float = 60.0,
+        retry_for_s: float | None = None,
     ) -> Producer:
-        """A :class:`Producer` sending to one topic through this client."""
+        """A :class:`Producer` sending to one topic through this client (retrying for the
+        client's ``retry_for_s`` unless given)."""
         return Producer(
             self,
             tenant,
@@ -352,7 +422,7 @@ class Client:
             max_batch=max_batch,
             linger_s=linger_s,
             max_in_flight=max_in_flight,
-            retry_for_s=retry_for_s,
+            retry_for_s=self.retry_for_s if retry_for_s is None else retry_for_s,
         )
 
     # ------------------------------------------------------------------ dead letters
@@ -431,11 +501,12 @@ class Producer:
     the ``send`` that fills a batch waits, which is the back-pressure). Background tasks are
     fixed: the senders and one linger timer, never a task per job.
 
-    A 429 (backlog full) is retried after its Retry-After, for at most ``retry_for_s`` per batch.
-    A job the API rejects (``jobs[i]...``) fails only that job's future; the rest of its batch
-    is sent again (the API writes nothing of a rejected batch). Any other error fails the futures
-    of that batch. With ``max_in_flight > 1`` batches may overtake each other: use 1 when jobs
-    with the same ``key`` must keep their order.
+    A 429 (backlog full), a 503 and a request that got no answer are retried (see
+    :class:`Backoff`) for at most ``retry_for_s`` per batch; then the batch's futures get the
+    last error. A job the API rejects (``jobs[i]...``) fails only that job's future; the rest
+    of its batch is sent again (the API writes nothing of a rejected batch). Any other error
+    fails the futures of that batch. With ``max_in_flight > 1`` batches may overtake each
+    other: use 1 when jobs with the same ``key`` must keep their order.
     """
 
     def __init__(
@@ -475,6 +546,7 @@ class Producer:
         self.failed = 0  # jobs whose future got an error
         self.requests = 0  # batch requests sent (a 429'd or partly rejected batch is sent again)
         self.throttled = 0  # 429 answers (each retried after its Retry-After, within budget)
+        self.unavailable = 0  # 503s and unanswered requests (each retried, within budget)
 
     async def __aenter__(self) -> Self:
         self._start()
@@ -578,18 +650,22 @@ class Producer:
                     self._idle.set()
 
     async def _deliver(self, batch: list[_Pending]) -> None:
-        """Send one batch until it is answered, re-sending after 429s and rejected jobs."""
-        loop = asyncio.get_running_loop()
-        give_up_at = loop.time() + self._retry_for_s
+        """Send one batch until it is answered, re-sending after 429s, 503s, unanswered
+        requests (within ``retry_for_s``) and rejected jobs."""
+        backoff = Backoff(self._retry_for_s)
         while batch:
             try:
                 answer = await self._post(batch)
-            except errors.BacklogFull as e:
-                self.throttled += 1
-                if loop.time() + e.retry_after_s > give_up_at:
+            except (errors.BacklogFull, errors.BackendUnavailable) as e:
+                if isinstance(e, errors.BacklogFull):
+                    self.throttled += 1
+                else:
+                    self.unavailable += 1
+                delay = backoff.delay_for(e)
+                if delay is None:
                     self._fail(batch, e)
                     return
-                await asyncio.sleep(e.retry_after_s)
+                await asyncio.sleep(delay)
             except errors.InvalidInput as e:
                 batch = self._drop_rejected(batch, e)
             except asyncio.CancelledError:
@@ -638,4 +714,12 @@ class Producer:
                 item.future.set_exception(error)
 
 
-__all__ = ["ERRORS", "ApiError", "Client", "Producer", "describe", "error_from_response"]
+__all__ = [
+    "ERRORS",
+    "ApiError",
+    "Backoff",
+    "Client",
+    "Producer",
+    "describe",
+    "error_from_response",
+]

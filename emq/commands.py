@@ -64,7 +64,13 @@ def _run(
 
     async def main() -> _T:
         namespace = _namespace(args, settings)
-        async with Client(settings.api_url, _token(args, settings), namespace=namespace) as client:
+        retry_for = getattr(args, "retry_for", None)
+        async with Client(
+            settings.api_url,
+            _token(args, settings),
+            namespace=namespace,
+            retry_for_s=settings.client_retry_s if retry_for is None else retry_for,
+        ) as client:
             return await work(client)
 
     try:
@@ -278,32 +284,47 @@ def _job(args: argparse.Namespace) -> dict[str, Any]:
 JOB_FLAGS = ("method", "header", "body", "body_file", "priority", "key", "idempotency_key", "delay")
 
 
-def read_jobs(text: str) -> list[dict[str, Any]]:
-    """Jobs from JSON Lines, each checked like the API does; errors name the line."""
+def read_jobs(text: str) -> list[tuple[int, dict[str, Any]]]:
+    """Jobs from JSON Lines with their line numbers, each checked like the API does.
+
+    Every bad line is found before anything is sent: one raises its error (naming the line),
+    several raise one error listing each (a bad file sends nothing at all).
+    """
     jobs = []
+    bad: list[InvalidInput] = []
     for n, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         try:
             job = json.loads(line)
         except ValueError as e:
-            raise InvalidInput(f"line {n}", f"is not valid JSON: {e}") from None
+            bad.append(InvalidInput(f"line {n}", f"is not valid JSON: {e}"))
+            continue
         try:
             Job.parse(job)  # the API's own check, so a bad line sends nothing at all
         except InvalidInput as e:
-            raise e.prefixed(f"line {n}") from None
-        jobs.append(job)
+            bad.append(e.prefixed(f"line {n}"))
+            continue
+        jobs.append((n, job))
+    if len(bad) == 1:
+        raise bad[0]
+    if bad:
+        lines = "\n".join(f"{e}" for e in bad)
+        raise InvalidInput(
+            "--file", f"{len(bad)} lines are not valid jobs; nothing was sent:\n{lines}"
+        )
     if not jobs:
         raise InvalidInput("--file", "holds no jobs")
     return jobs
 
 
 async def _produce(
-    client: Client, args: argparse.Namespace, jobs: Sequence[dict[str, Any]]
+    client: Client, args: argparse.Namespace, jobs: Sequence[tuple[int, dict[str, Any]]]
 ) -> tuple[list[object], int]:
-    """Send ``jobs`` through a Producer; each job's id or error, and the duplicate count."""
+    """Send ``jobs`` through a Producer (which retries 503s and unanswered requests within
+    the client's deadline); each job's id or error, and the duplicate count."""
     async with client.producer(args.tenant, args.topic) as producer:
-        futures = [await producer.submit(job) for job in jobs]
+        futures = [await producer.submit(job) for _, job in jobs]
     results: list[object] = list(await asyncio.gather(*futures, return_exceptions=True))
     return results, producer.duplicates
 
@@ -325,24 +346,36 @@ def cmd_enqueue(args: argparse.Namespace, settings: Settings) -> int:
     except InvalidInput as e:
         raise CommandFailed(e) from None
     results, duplicates = _run(args, settings, lambda c: _produce(c, args, jobs))
-    return _report_batch(args, results, duplicates)
+    return _report_batch(args, [n for n, _ in jobs], results, duplicates)
 
 
-def _report_batch(args: argparse.Namespace, results: list[object], duplicates: int) -> int:
+def _report_batch(
+    args: argparse.Namespace, lines: list[int], results: list[object], duplicates: int
+) -> int:
+    """Print what was accepted; every line that was not, with its reason, fails the command."""
     ids = [r if isinstance(r, str) else None for r in results]
-    errors = [r for r in results if isinstance(r, BaseException)]
+    rejected = [(n, r) for n, r in zip(lines, results, strict=True) if isinstance(r, BaseException)]
     if args.json:
-        _print_json({"ids": ids, "duplicates": duplicates, "failed": len(errors)})
+        failed = [{"line": n, "error": _error_json(e)} for n, e in rejected]
+        _print_json(
+            {"ids": ids, "duplicates": duplicates, "failed": len(rejected), "rejected": failed}
+        )
     else:
-        accepted = len(ids) - len(errors)
+        accepted = len(ids) - len(rejected)
         print(f"accepted {accepted} of {len(ids)} jobs ({duplicates} duplicates)")
-    if errors:
-        first = errors[0]
-        prefix = f"{len(errors)} of {len(ids)} jobs not accepted; first: "
-        if isinstance(first, EmqError):
-            raise CommandFailed(first, prefix)
-        raise EmqError(prefix + describe(first))
-    return 0
+    if not rejected:
+        return 0
+    if args.json:
+        return EXIT_ERROR  # the JSON on stdout names each line
+    listing = "\n".join(f"line {n}: {describe(e)}" for n, e in rejected)
+    raise EmqError(f"{len(rejected)} of {len(ids)} jobs not accepted:\n{listing}")
+
+
+def _error_json(error: BaseException) -> dict[str, Any]:
+    if not isinstance(error, EmqError):
+        return {"code": "internal", "message": f"{type(error).__name__}: {error}"}
+    field = getattr(error, "field", None)
+    return {"code": error.code, "message": error.message} | ({"field": field} if field else {})
 
 
 # ----------------------------------------------------------------------------- dead letters
@@ -567,7 +600,9 @@ def _add_enqueue(sub: Subparsers) -> None:
         help="enqueue one job, or a JSON Lines file of jobs",
         description="Enqueue one job described by --url and its flags, or every job of a JSON "
         "Lines file (--file; '-' reads stdin): one job object per line, as in the API, sent in "
-        "batches. The file is checked whole first: a bad line sends nothing.",
+        "batches. The file is checked whole first: bad lines (all of them listed) send nothing. A "
+        "request answered 503 or not at all is re-sent with backoff (--retry-for); every line "
+        "still not accepted is listed with its reason, and the exit status is 1.",
     )
     _tenant_and_topic(p)
     what = p.add_mutually_exclusive_group(required=True)
@@ -588,6 +623,24 @@ def _add_enqueue(sub: Subparsers) -> None:
     p.add_argument("--key", metavar="K", help="same key: same group, order kept")
     p.add_argument("--idempotency-key", metavar="K", help="a repeat with this key is ignored")
     p.add_argument("--delay", type=float, metavar="S", help="deliver no sooner than S seconds")
+    p.add_argument(
+        "--retry-for",
+        type=_seconds,
+        metavar="S",
+        help="keep re-sending a request answered 503 or not at all, with backoff, for up to S "
+        "seconds (default EMQ_CLIENT_RETRY_S, 60); then each job not accepted is reported",
+    )
+
+
+def _seconds(text: str) -> float:
+    """An argparse type: a number of seconds, at least 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value >= 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected seconds (at least 0), got {text!r}")
+    return value
 
 
 def _add_dlq(sub: Subparsers) -> None:

@@ -5,20 +5,58 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from adapters.redis_history import RedisHistoryStore
+from adapters.redis_queue import RedisQueueBackend, client_options
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.settings import FleetSettings
 from allocator.view import ZkFleetView
+from emq.errors import ConfigError
 from emq.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
 from emq.naming import RedisKeys
-from emq.settings import Settings
+from emq.settings import Durability, Settings
 
 
 async def open_queues(settings: Settings) -> QueueBackend:
-    return await connect_redis(
-        settings.redis_url, cluster=settings.redis_cluster, prefix=settings.redis_key_prefix
+    """The Redis queues, with what ``EMQ_DURABILITY`` asks of them: ``replica`` makes each put
+    wait for replicas; ``fsync`` refuses a server that does not fsync every write."""
+    wait = {}
+    if settings.durability is Durability.REPLICA:
+        wait = {
+            "wait_replicas": settings.durability_replicas,
+            "wait_timeout_ms": settings.durability_timeout_ms,
+        }
+    queues = await connect_redis(
+        settings.redis_url,
+        cluster=settings.redis_cluster,
+        prefix=settings.redis_key_prefix,
+        **wait,
     )
+    try:
+        if settings.durability is Durability.FSYNC:
+            await _require_fsync_always(queues)
+    except BaseException:
+        await queues.aclose()
+        raise
+    return queues
+
+
+async def _require_fsync_always(queues: RedisQueueBackend) -> None:
+    """``EMQ_DURABILITY=fsync``: refuse to run unless every Redis primary fsyncs each write.
+
+    Checked once at start-up (CONFIG GET): an operator who turns it off later is not caught.
+    A server that refuses CONFIG (some managed offerings) cannot be checked, so it is refused.
+    """
+    try:
+        found = await queues.persistence()
+    except ConfigError as e:
+        raise ConfigError(f"EMQ_DURABILITY=fsync: {e}") from e
+    for node, appendonly, appendfsync in found:
+        if (appendonly, appendfsync) != ("yes", "always"):
+            raise ConfigError(
+                f"EMQ_DURABILITY=fsync needs Redis with appendonly yes and appendfsync always; "
+                f"{node} has appendonly {appendonly} and appendfsync {appendfsync}"
+            )
 
 
 async def open_config(settings: Settings) -> ConfigStore:
@@ -50,9 +88,10 @@ def open_fleet_view(settings: Settings) -> FleetView:
 
 
 def open_history(settings: Settings) -> HistoryStore:
+    options = client_options(settings.redis_cluster)
     client = (
-        aioredis.RedisCluster.from_url(settings.redis_url)
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
         if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url)
+        else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import abc
 import re
+import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
@@ -138,6 +139,42 @@ class DeadLetter:
     failed_at_ms: int
 
 
+class BackendHealth:
+    """What a backend's recent calls found, kept at the seam for health endpoints.
+
+    States: *up* (the last call answered; ``down_since`` is None) and *down* (the last call
+    found the store unreachable; ``down_since`` is when the outage was first seen, ``error``
+    why). A call that answers moves it back to up. Recording costs two attribute writes, so
+    the adapter does it on every call rather than pinging on a timer.
+    """
+
+    __slots__ = ("down_since", "error", "last_ok")
+
+    def __init__(self) -> None:
+        self.last_ok: float | None = None  # monotonic time of the last answered call
+        self.down_since: float | None = None  # monotonic time the outage was first seen
+        self.error = ""
+
+    @property
+    def up(self) -> bool:
+        return self.down_since is None
+
+    def ok(self) -> None:
+        self.last_ok = time.monotonic()
+        self.down_since = None
+
+    def failed(self, error: str) -> None:
+        if self.down_since is None:
+            self.down_since = time.monotonic()
+        self.error = error
+
+    def describe(self) -> str:
+        """``ok``, or ``unavailable for N s: <error>``."""
+        if self.down_since is None:
+            return "ok"
+        return f"unavailable for {time.monotonic() - self.down_since:.1f} s: {self.error}"
+
+
 class QueueBackend(AsyncResource):
     """Physical queues: append-only logs addressed by :class:`Offset`, grouped by hash tag.
 
@@ -148,6 +185,8 @@ class QueueBackend(AsyncResource):
 
     Errors: :class:`~emq.errors.BackendUnavailable` when the store cannot be reached.
     """
+
+    health: BackendHealth = BackendHealth()  # replaced per instance by backends that track it
 
     @abc.abstractmethod
     async def ping(self) -> None:

@@ -62,6 +62,11 @@ def _positive(value: float) -> None:
         raise ValueError("must be greater than 0")
 
 
+def _not_negative(value: float) -> None:
+    if value < 0:
+        raise ValueError("must be at least 0")
+
+
 def _log_level(value: str) -> None:
     if value.upper() not in ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"):
         raise ValueError("must be DEBUG, INFO, WARNING, ERROR or CRITICAL")
@@ -70,6 +75,14 @@ def _log_level(value: str) -> None:
 def _key_prefix(value: str) -> None:
     if not re.match(r"^[A-Za-z0-9_.:-]{1,64}$", value):
         raise ValueError("must be 1-64 characters of A-Za-z0-9_.:- (no braces)")
+
+
+class Durability(enum.Enum):
+    """What a 202 waits for (see the README's "What 202 means")."""
+
+    DEFAULT = "default"  # written to Redis (AOF fsync'd by the server every second)
+    FSYNC = "fsync"  # the API refuses to start unless Redis runs `appendfsync always`
+    REPLICA = "replica"  # each put also waits for a replica's acknowledgement (WAIT)
 
 
 @dataclass(frozen=True)
@@ -83,12 +96,17 @@ class Settings:
     admin_token: str = field(default="", repr=False)
     token: str = field(default="", repr=False)  # a tenant's API token, for the client and CLI
     api_url: str = field(default="http://127.0.0.1:8080", metadata=_check(_http_url))
+    # How long the client and `emq enqueue` keep re-sending an enqueue answered 503 or not at all.
+    client_retry_s: float = field(default=60.0, metadata=_check(_not_negative))
     push_allow_cidrs: tuple[IPNetwork, ...] = ()
     max_group_qps: int = field(default=150, metadata=_check(_positive))
     redis_key_prefix: str = field(default="emq", metadata=_check(_key_prefix))
     zk_root: str = "/emq"
     zk_session_timeout_s: float = field(default=10.0, metadata=_check(_positive))
     stack_dir: str = ".emq"
+    durability: Durability = Durability.DEFAULT
+    durability_replicas: int = field(default=1, metadata=_check(_positive))  # replica: WAIT n
+    durability_timeout_ms: int = field(default=1000, metadata=_check(_positive))  # replica: WAIT t
     log_level: str = field(default="INFO", metadata=_check(_log_level))
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from emq.errors import BackendUnavailable, ConfigError
-from emq.settings import Settings
+from emq.settings import Durability, Settings
 
 DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
 NOT_RUNNING = 3  # the scripts' "stopped" status, as in LSB init scripts
@@ -118,8 +118,10 @@ def local_stack(settings: Settings) -> tuple[Service, Service]:
         raise ConfigError("EMQ_ZK_HOSTS names several servers: the local stack runs one")
     zk_host, _, zk_port = first[0].rpartition(":")
     zk = _loopback_port(zk_host, int(zk_port), "EMQ_ZK_HOSTS", 2181)
+    # EMQ_DURABILITY=fsync runs only against a server that fsyncs every write: start it so.
+    fsync = ("--appendfsync", "always") if settings.durability is Durability.FSYNC else ()
     return (
-        Service("redis", "redis.sh", base / "redis", redis_port),
+        Service("redis", "redis.sh", base / "redis", redis_port, fsync),
         Service("zookeeper", "zookeeper.sh", base / "zookeeper", zk),
     )
 

@@ -8,6 +8,9 @@ end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper c
 
 from __future__ import annotations
 
+import os
+import signal
+import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
@@ -111,3 +114,45 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             if isinstance(service, Service):
                 report.sections.append((f"{service.name} log (tail)", service.log_tail(30)))
     return report
+
+
+class RestartableRedis:
+    """A Redis of one test's own (deploy/redis.sh, AOF everysec), to kill and restart."""
+
+    def __init__(self, service: Service) -> None:
+        self.service = service
+
+    @property
+    def url(self) -> str:
+        return f"redis://{self.service.address}/0"
+
+    def kill(self) -> None:
+        """SIGKILL, as a crash: no final AOF flush beyond what the server wrote already."""
+        pid = int((self.service.data_dir / "redis.pid").read_text())
+        os.kill(pid, signal.SIGKILL)
+        self._wait_stopped()
+
+    def stop(self) -> None:
+        """A clean shutdown (SIGTERM)."""
+        self.service.stop()
+        self._wait_stopped()
+
+    def start(self) -> None:
+        self.service.start()
+
+    def _wait_stopped(self) -> None:
+        deadline = time.monotonic() + 10
+        while self.service.status().running:
+            if time.monotonic() > deadline:
+                raise AssertionError("redis did not stop")
+            time.sleep(0.02)
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
+    """A Redis for this test only; a test that overrides ``redis_url`` with it owns its life."""
+    redis = RestartableRedis(
+        _start(Service("redis", "redis.sh", tmp_path / "own-redis", free_port()))
+    )
+    yield redis
+    redis.service.stop()

@@ -24,6 +24,7 @@ from emq.errors import BackendUnavailable
 from emq.interfaces import Offset, QueueBackend
 from emq.model import QueueRef
 from worker.groups import Buffered, GroupState, now_ms
+from worker.outage import Outage
 from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
@@ -39,8 +40,10 @@ class Fetcher:
         settings: WorkerSettings,
         groups: Mapping[str, GroupState],
         on_jobs: Callable[[GroupState], None],
+        outage: Outage | None = None,
     ) -> None:
         self._queues = queues
+        self._outage = outage or Outage()
         self._settings = settings
         self._groups = groups  # by str(GroupRef), owned by the worker
         self._on_jobs = on_jobs
@@ -79,11 +82,12 @@ class Fetcher:
                 try:
                     await self._fetch(batch)
                 except BackendUnavailable as e:
-                    log.warning("fetch failed (%s); retrying in 1 s", e)
                     for g in batch:
                         g.queued_fetch = False
                         self.want(g)
-                    await asyncio.sleep(1.0)
+                    await self._outage.pause("fetch", e)
+                    continue
+                self._outage.resumed("fetch")
 
     async def _fetch(self, batch: list[GroupState]) -> None:
         requests: dict[QueueRef, Offset] = {}
@@ -131,9 +135,9 @@ class Fetcher:
             try:
                 cursor, names = await self._queues.wait_ready(cursor, timeout_s=1.0)
             except BackendUnavailable as e:
-                log.warning("ready signals unavailable (%s); retrying in 1 s", e)
-                await asyncio.sleep(1.0)
+                await self._outage.pause("ready-signal listener", e)
                 continue
+            self._outage.resumed("ready-signal listener")
             for name in names:
                 group = self._groups.get(name)
                 if group is not None:
@@ -146,8 +150,9 @@ class Fetcher:
             try:
                 await self._promote_due()
             except BackendUnavailable as e:
-                log.warning("promoting due jobs failed (%s)", e)
-                await asyncio.sleep(1.0)
+                await self._outage.pause("due-job promoter", e)
+                continue
+            self._outage.resumed("due-job promoter")
 
     async def _promote_due(self) -> None:
         now = now_ms()
@@ -168,7 +173,8 @@ class Fetcher:
             groups = [g for g in list(self._groups.values()) if not g.dropped]
             for g in groups:
                 self.signal(g)
+            # The sweep repeats by itself: a failed repair waits for the next one, no pause.
             try:
                 await self._queues.reindex_delayed([g.ref for g in groups])
             except BackendUnavailable as e:
-                log.warning("delayed-index repair failed (%s)", e)
+                log.warning("delayed-index repair failed (%s); next sweep retries", e)

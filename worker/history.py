@@ -20,6 +20,7 @@ from emq.interfaces import HistoryRow, HistoryStore
 from emq.model import TopicRef
 from worker.groups import LatencyHistogram, TopicState, TopicStats
 from worker.metrics import WorkerMetrics
+from worker.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -32,8 +33,16 @@ class _Seen:
 
 class HistoryRecorder:
     def __init__(
-        self, source: str, interval_s: float, store: HistoryStore | None, metrics: WorkerMetrics
+        self,
+        source: str,
+        interval_s: float,
+        store: HistoryStore | None,
+        metrics: WorkerMetrics,
+        outage: Outage | None = None,
     ) -> None:
+        # History is best effort: a row or a rate that can't be written is dropped, not
+        # retried; the outage only decides what gets logged (once per outage).
+        self._outage = outage or Outage()
         self._source = source
         self._interval = max(1, int(interval_s))
         self._store = store
@@ -69,7 +78,10 @@ class HistoryRecorder:
             try:
                 await self._store.record(rows)
             except BackendUnavailable as e:
-                log.warning("history of %d topics not recorded (%s)", len(rows), e)
+                self._outage.noted("history recorder", e)
+                log.debug("history of %d topics not recorded (%s)", len(rows), e)
+            else:
+                self._outage.resumed("history recorder")
 
     async def _publish_rates(self) -> None:
         if self._store is None or not self._rates:
@@ -77,7 +89,9 @@ class HistoryRecorder:
         try:
             await self._store.publish_rates(self._source, self._rates)
         except BackendUnavailable as e:
-            log.warning("rates not published (%s)", e)
+            self._outage.noted("rate publisher", e)
+        else:
+            self._outage.resumed("rate publisher")
 
     def _row(self, state: TopicState, interval_start: int) -> HistoryRow | None:
         delta, latency = _delta(state, self._seen)

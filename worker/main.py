@@ -51,9 +51,7 @@ async def _serve_metrics(
     metrics: WorkerMetrics, worker: Worker, host: str, port: int
 ) -> web.AppRunner:
     async def healthz(request: web.Request) -> web.Response:
-        return web.json_response(
-            {"status": "ok", "worker": worker.id, "groups": len(worker.groups)}
-        )
+        return health_response(worker)
 
     app = web.Application()
     app.router.add_get("/metrics", metrics.handle)
@@ -62,6 +60,26 @@ async def _serve_metrics(
     await runner.setup()
     await web.TCPSite(runner, host, port).start()
     return runner
+
+
+def health_response(worker: Worker) -> web.Response:
+    """200 while Redis answered the worker's last call, else 503 with the reason.
+
+    Read from the queue backend's seam (what the worker's own calls found, at least one a
+    second from the ready-signal listener), so a health check costs Redis nothing. Loops still
+    paused by an outage are listed (they resume within a second of Redis answering).
+    """
+    redis = worker.queues.health
+    body = {
+        "status": "ok" if redis.up else "unavailable",
+        "worker": worker.id,
+        "groups": len(worker.groups),
+        "redis": redis.describe(),
+    }
+    paused = worker.outage.paused()
+    if paused:
+        body["paused"] = {what: round(s, 1) for what, s in sorted(paused.items())}
+    return web.json_response(body, status=200 if redis.up else 503)
 
 
 async def run_worker(

@@ -27,6 +27,7 @@ from emq.errors import BackendUnavailable, Fenced
 from emq.interfaces import DeadLetter, PushResult, QueueBackend, Scheduled
 from emq.model import Envelope
 from worker.groups import Buffered, GroupState
+from worker.outage import Outage
 
 log = logging.getLogger(__name__)
 
@@ -49,8 +50,10 @@ class Outcomes:
         drop: Callable[[GroupState, str], None],
         *,
         rand: Callable[[], float] = random.random,
+        outage: Outage | None = None,
     ) -> None:
         self._queues = queues
+        self._outage = outage or Outage()
         self._finish = finish
         self._drop = drop
         self._rand = rand
@@ -135,8 +138,10 @@ class Outcomes:
         except Fenced as e:
             self._drop(group, f"fenced while writing retries: {e}")
         except BackendUnavailable as e:
-            log.warning("retries of %s not written yet (%s); will try again", group.ref, e)
+            # Kept pending (before what came meanwhile); the job stays unfinished until written.
             merged = self._add(group)
             merged.retries[:0] = pending.retries
             merged.dead[:0] = pending.dead
-            await asyncio.sleep(0.5)
+            await self._outage.pause("retry and dead-letter writer", e)
+        else:
+            self._outage.resumed("retry and dead-letter writer")

@@ -26,6 +26,7 @@ from capacity import split_quota
 from emq.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.interfaces import (
     AssignmentSource,
+    Checkpoint,
     ConfigStore,
     HistoryStore,
     OwnedGroups,
@@ -40,6 +41,7 @@ from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
 from worker.metrics import WorkerMetrics
+from worker.outage import Outage
 from worker.outcomes import Outcomes
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
@@ -78,11 +80,12 @@ class Worker:
         self.topics: dict[TopicRef, TopicState] = {}
         self.groups: dict[str, GroupState] = {}
         self.metrics = WorkerMetrics()
+        self.outage = Outage()  # every loop that touches Redis pauses through it, none dies
         self.dispatcher = Dispatcher(self._send, settings.tick_s)
-        self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs)
-        self.outcomes = Outcomes(queues, self._finish, self._drop)
+        self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs, self.outage)
+        self.outcomes = Outcomes(queues, self._finish, self._drop, outage=self.outage)
         self.recorder = HistoryRecorder(
-            worker_id, settings.history_interval_s, history, self.metrics
+            worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )
         self._sends: Handoff[tuple[GroupState, Buffered]] = Handoff(settings.senders)
         self.governor = SendGovernor(settings.senders, settings.senders_min)
@@ -250,13 +253,19 @@ class Worker:
             return
         async with limit:
             try:
-                await self.queues.claim(ref, epoch)
+                # Redis unreachable: retried until it answers or the group is assigned away
+                # (a claim that dies would end the assignment task, and with it the worker).
+                checkpoints = await self.outage.retry(
+                    f"claim of {ref}",
+                    lambda: self._claim_once(ref, epoch),
+                    give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
+                )
             except Fenced as e:
                 log.warning("not claiming %s: %s", ref, e)
                 return
-            checkpoints = list(
-                await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues()))
-            )
+        if checkpoints is None:
+            log.info("not claiming %s: no longer assigned to this worker", ref)
+            return
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         group = GroupState(
             ref, epoch, topic, quota[ref.index] if ref.index < len(quota) else 1, checkpoints
@@ -264,6 +273,11 @@ class Worker:
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
+
+    async def _claim_once(self, ref: GroupRef, epoch: int) -> list[Checkpoint | None]:
+        """Claim ``ref`` at ``epoch`` and read its checkpoints (claiming twice is harmless)."""
+        await self.queues.claim(ref, epoch)
+        return list(await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues())))
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
@@ -440,7 +454,9 @@ class Worker:
             try:
                 await self.checkpoint()
             except BackendUnavailable as e:
-                log.warning("checkpoint failed (%s); will retry", e)
+                self.outage.noted("checkpointer", e)  # on its own timer: the next tick retries
+            else:
+                self.outage.resumed("checkpointer")
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (one round trip)."""

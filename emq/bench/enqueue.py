@@ -4,6 +4,11 @@ Starts its own Redis and ZooKeeper (free loopback ports, a temporary directory),
 process, and a load generator in a separate process (``emq.bench.load``), so client, API and
 Redis compete for this machine's cores as they would on a small deployment. Two runs: batches of
 1000 jobs (jobs/s) and single jobs (requests/s, latency).
+
+``durability`` (``EMQ_DURABILITY``): ``default`` (Redis with ``appendfsync everysec``),
+``fsync`` (Redis started with ``appendfsync always``) or ``replica`` (plus one replica started
+by ``deploy/redis.sh --replicaof``; each put waits for its acknowledgement). :func:`compare`
+runs the three one after the other, on fresh servers each, for the README's cost table.
 """
 
 from __future__ import annotations
@@ -78,23 +83,71 @@ def _load(base: str, token: str, batch: int, concurrency: int, duration_s: float
     return result
 
 
+DURABILITIES = ("default", "fsync", "replica")
+
+
 def run(
-    duration_s: float = 10.0, batch_concurrency: int = 4, single_concurrency: int = 64
+    duration_s: float = 10.0,
+    batch_concurrency: int = 4,
+    single_concurrency: int = 64,
+    durability: str = "default",
 ) -> dict[str, Any]:
+    if durability not in DURABILITIES:
+        raise EmqError(f"durability must be one of {', '.join(DURABILITIES)}")
+    fsync = ("--appendfsync", "always") if durability == "fsync" else ()
     with tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp:
-        redis = Service("redis", "redis.sh", Path(tmp) / "redis", free_port())
+        redis = Service("redis", "redis.sh", Path(tmp) / "redis", free_port(), fsync)
         zk = Service("zookeeper", "zookeeper.sh", Path(tmp) / "zk", free_port())
+        replica = Service(
+            "redis", "redis.sh", Path(tmp) / "replica", free_port(),
+            ("--replicaof", "127.0.0.1", str(redis.port)),
+        )  # fmt: skip
         redis.start()
         try:
+            if durability == "replica":
+                replica.start()
+                _wait_replica_online(redis)
             zk.start()
-            return _with_api(redis, zk, duration_s, batch_concurrency, single_concurrency)
+            result = _with_api(
+                redis, zk, duration_s, batch_concurrency, single_concurrency, durability
+            )
+            return result | {"durability": durability}
         finally:
             zk.stop()
+            replica.stop()
             redis.stop()
 
 
+def compare(duration_s: float = 10.0) -> dict[str, Any]:
+    """:func:`run` once per durability mode, in one go (same machine, same load)."""
+    runs = {mode: run(duration_s=duration_s, durability=mode) for mode in DURABILITIES}
+    keys = ("jobs_per_s", "requests_per_s", "p50_ms", "p99_ms", "batch_p99_ms")
+    return {
+        "bench": "enqueue-durability",
+        "modes": {mode: {k: r[k] for k in keys} for mode, r in runs.items()},
+        "machine": describe(),
+    }
+
+
+def _wait_replica_online(primary: Service, timeout_s: float = 30) -> None:
+    """Until the primary reports one replica online (its first sync done)."""
+    deadline = time.monotonic() + timeout_s
+    argv = ["redis-cli", "-h", "127.0.0.1", "-p", str(primary.port), "info", "replication"]
+    while time.monotonic() < deadline:
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=10, check=False)
+        if "state=online" in done.stdout:
+            return
+        time.sleep(0.1)
+    raise EmqError("the replica did not come online within 30 s")
+
+
 def _with_api(
-    redis: Service, zk: Service, duration_s: float, batch_c: int, single_c: int
+    redis: Service,
+    zk: Service,
+    duration_s: float,
+    batch_c: int,
+    single_c: int,
+    durability: str = "default",
 ) -> dict[str, Any]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
@@ -104,6 +157,7 @@ def _with_api(
         "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
         "EMQ_API_URL": base,
         "EMQ_LOG_LEVEL": "WARNING",
+        "EMQ_DURABILITY": durability,
     }
     api = subprocess.Popen([sys.executable, "-m", "emq", "api"], env=env, stdout=subprocess.DEVNULL)
     try:
