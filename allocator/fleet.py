@@ -152,6 +152,7 @@ class FleetAssignment(AssignmentSource):
         self._failure: BaseException | None = None
         self._run_task: asyncio.Task[Any] | None = None
         self._closed = False
+        self._advertised: dict[str, str] = {}
         self.is_leader = False
         self.leader: Leader | None = None
         client.add_listener(self._listener)
@@ -183,6 +184,9 @@ class FleetAssignment(AssignmentSource):
         self._touching = self._touching - {key}
         self._deferred.add(key)
         self._wake_handover.set()
+
+    def advertise(self, info: Mapping[str, str]) -> None:
+        self._advertised.update(info)
 
     def may_fetch(self) -> bool:
         return self._connected and not self._fenced
@@ -314,7 +318,7 @@ class FleetAssignment(AssignmentSource):
             "pid": os.getpid(),
             "weight": self._settings.weight,
             "started_at": round(time.time(), 3),
-        }
+        } | self._advertised
         data = json.dumps(info).encode()
         while True:
             try:

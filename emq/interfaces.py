@@ -328,6 +328,11 @@ class AssignmentSource(AsyncResource):
     async def release(self, group: GroupRef, epoch: int) -> None:
         """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
 
+    def advertise(self, info: Mapping[str, str]) -> None:
+        """Publish ``info`` about this worker (``{"metrics": "host:port"}``) where the fleet's
+        members are listed; call before the source runs. Ignored where there is no fleet."""
+        return None
+
     def may_fetch(self) -> bool:
         """False while the source has lost touch with its coordinator: fetch nothing new.
 
@@ -356,6 +361,7 @@ class FleetMember:
     weight: int = 1
     started_at: float = 0.0
     groups: Mapping[str, int] = field(default_factory=dict)  # str(GroupRef) -> owner epoch
+    metrics: str = ""  # host:port of its /metrics ("" if it serves none)
     leader: bool = False
 
 
