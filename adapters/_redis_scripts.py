@@ -93,16 +93,32 @@ end
 return {0, redis.call('XADD', KEYS[1], '*', 'd', ARGV[2])}
 """
 
-# KEYS: epoch  ARGV: epoch -> {0, current} fenced | {1, epoch}
+# KEYS: epoch, holder  ARGV: epoch, holder -> {0, current} fenced | {1, previous holder or ''}
+# The holder is the claiming worker process; it deletes it when it lets go cleanly
+# (RELEASE_HOLDS), so a claim that finds another one knows its former holder may still push.
 CLAIM = (
     _FENCE
     + """
 local current = fenced(KEYS[1], ARGV[1])
 if current then return {0, current} end
 redis.call('SET', KEYS[1], ARGV[1])
-return {1, tonumber(ARGV[1])}
+local previous = redis.call('GET', KEYS[2]) or ''
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+return {1, previous}
 """
 )
+
+# KEYS: holders  ARGV: holder -> how many were released (the ones ``holder`` still held)
+RELEASE_HOLDS = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n
+"""
 
 # commit(checkpoint_key, epoch_key, stream_key, epoch, offset)
 # -> {0, current} fenced | {1, entries newly committed}
@@ -328,6 +344,7 @@ ALL = (
     APPEND,
     PUT,
     CLAIM,
+    RELEASE_HOLDS,
     WRITE_CHECKPOINT,
     WRITE_CHECKPOINTS,
     TRIM,

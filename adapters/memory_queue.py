@@ -115,6 +115,7 @@ class MemoryQueueBackend(QueueBackend):
         self._streams: dict[QueueRef, _Log[bytes]] = {}
         self._committed: dict[QueueRef, _Committed] = {}
         self._epochs: dict[GroupRef, int] = {}
+        self._holders: dict[GroupRef, str] = {}  # group -> the worker process that claimed it
         self._delayed: dict[GroupRef, list[tuple[int, bytes]]] = {}  # sorted (due, member)
         self._parked: dict[GroupRef, dict[bytes, int]] = {}  # member -> due, to find duplicates
         self._dlq: dict[GroupRef, _Log[DeadLetter]] = {}
@@ -288,10 +289,30 @@ class MemoryQueueBackend(QueueBackend):
 
     # ------------------------------------------------------------------ ownership and progress
 
-    async def claim(self, group: GroupRef, epoch: int) -> None:
+    async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
         self._open()
         self._fence(group, epoch, "claim")
         self._epochs[group] = epoch
+        previous = self._holders.pop(group, "")
+        if holder:
+            self._holders[group] = holder
+        return previous not in ("", holder)
+
+    async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
+        self._open()
+        for group in groups:
+            if self._holders.get(group) == holder:
+                del self._holders[group]
+
+    async def check_holds(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> set[GroupRef]:
+        self._open()
+        return {
+            g
+            for g, epoch in groups
+            if self._holders.get(g, holder) != holder or self._epochs.get(g, 0) > epoch
+        }
 
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         self._open()

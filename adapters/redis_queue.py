@@ -198,6 +198,7 @@ class RedisQueueBackend(QueueBackend):
         self._window = str(int(idempotency_window_s))
         self._cluster = isinstance(client, RedisCluster)
         self._key_cache: dict[QueueRef, _QueueKeys] = {}
+        self._holder_keys: dict[GroupRef, tuple[str, str]] = {}
         self._closed = False
         self.health = BackendHealth()
         register = client.register_script
@@ -205,6 +206,7 @@ class RedisQueueBackend(QueueBackend):
         self._read = register(lua.READ)
         self._put = register(lua.PUT)
         self._claim = register(lua.CLAIM)
+        self._release_holds = register(lua.RELEASE_HOLDS)
         self._write_checkpoint = register(lua.WRITE_CHECKPOINT)
         self._write_checkpoints = register(lua.WRITE_CHECKPOINTS)
         self._trim = register(lua.TRIM)
@@ -220,6 +222,7 @@ class RedisQueueBackend(QueueBackend):
             self._read,
             self._put,
             self._claim,
+            self._release_holds,
             self._write_checkpoint,
             self._write_checkpoints,
             self._trim,
@@ -531,11 +534,44 @@ class RedisQueueBackend(QueueBackend):
 
     # ------------------------------------------------------------------ ownership and progress
 
-    async def claim(self, group: GroupRef, epoch: int) -> None:
-        reply = await self._call(
-            self._eval(self._claim, (self._keys.epoch(group),), (epoch,)), "claim"
-        )
-        self._fenced_result(reply, group, epoch, "claim")
+    async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
+        keys = (self._keys.epoch(group), self._keys.holder(group))
+        reply = await self._call(self._eval(self._claim, keys, (epoch, holder)), "claim")
+        previous = _text(self._fenced_result(reply, group, epoch, "claim"))
+        return previous not in ("", holder)
+
+    async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
+        holders = [self._keys.holder(g) for g in groups]
+        chunks = self._per_slot(holders, self._slot)
+        commands = [self._eval(self._release_holds, chunk, (holder,)) for chunk in chunks]
+        await self._pipeline(commands, "release_holds")
+
+    async def check_holds(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> set[GroupRef]:
+        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined)."""
+        wanted = holder.encode()
+        keys = [self._hold_keys(g) for g, _ in groups]
+        chunks = self._per_slot(range(len(groups)), lambda i: self._slot(keys[i][0]))
+        commands = [("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
+        lost = set()
+        for chunk, reply in zip(chunks, await self._pipeline(commands, "check_holds"), strict=True):
+            for n, i in enumerate(chunk):
+                found, epoch = reply[2 * n], reply[2 * n + 1]
+                group, mine = groups[i]
+                if (found is not None and found != wanted) or int(epoch or 0) > mine:
+                    lost.add(group)
+        return lost
+
+    def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
+        """The holder and epoch keys of ``group``, cached: a worker checks all its groups
+        several times a second, and spelling the keys costs more than reading them."""
+        keys = self._holder_keys.get(group)
+        if keys is None:
+            if len(self._holder_keys) >= _KEY_CACHE_MAX:
+                self._holder_keys.clear()
+            keys = self._holder_keys[group] = (self._keys.holder(group), self._keys.epoch(group))
+        return keys
 
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         offset, epoch = await self._call(

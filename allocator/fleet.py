@@ -6,32 +6,47 @@ writes ``/assignments``, see :mod:`allocator.leader`), follows ``/assignments`` 
 and hands the worker :class:`~emq.interfaces.OwnedGroups` snapshots: the groups the document
 gives it, each once its handover has settled (:mod:`allocator.handover`).
 
-States of a member (the ZooKeeper session's state drives them)::
+States of a member (the ZooKeeper session's state, and the store's word, drive them)::
 
-    REGISTERING --node created--> MEMBER --SUSPENDED--> CUT OFF (fetching paused at once;
-        ^                           ^                      buffered jobs still dispatched)
+    REGISTERING --node created--> MEMBER --SUSPENDED--> CUT OFF (fetching and dispatching go on
+        ^                           ^                      while the store vouches: see Vouching)
         |                           |  CONNECTED, same       |
-        |                           +--session, lease live---+
-        |                                                    | lease ends: no answer from
-        |                                                    v ZooKeeper for 2/3 of the
-        |  CONNECTED (new session)                        FENCED   session timeout
+        |                           +--session---------------+
+        |                                                    | neither vouches: no answer from
+        |                                                    v ZooKeeper for 2/3 of the session
+        |  CONNECTED (new session)                        FENCED   timeout, no store check for 1 s
         +-------------------------- LOST (expired) ------> (empty snapshot: the worker drops
                                                             every group; nothing dispatched)
     FENCED --heartbeat answered on a live, registered session--> MEMBER (the assignment again)
     any --aclose()--> LEFT (release markers written, session closed: the node goes with it)
 
-**Lease.** Ownership is only vouched for while ZooKeeper answers: a heartbeat (an ``exists`` on
-our own node, every 1/4 of the lease) renews the lease to *its send time* + 2/3 of the session
-timeout. :meth:`may_dispatch` is False once the lease has run out, so a worker that was paused
-(SIGSTOP, a long GC) holds its buffered jobs when it resumes instead of pushing them, until
-ZooKeeper confirms its session or reports it lost. The server expires a session no earlier than
-a full session timeout after it last heard from us, which is after our lease ended.
+**ZooKeeper's lease.** A heartbeat (an ``exists`` on our own node, every 1/4 of the lease)
+renews it to *its send time* + 2/3 of the session timeout. The server expires a session no
+earlier than a full session timeout after it last heard from us, so the lease has ended a third
+of a session timeout before our node can vanish.
 
-**Self-fence.** Cut off and the lease over: an empty snapshot, so the worker drops its groups
-(it stops, lets in-flight pushes end, checkpoints with its old epoch, which Redis refuses if a
-new owner already claimed a newer one) and dispatches nothing until it has applied that snapshot.
-While merely cut off, the cached assignment keeps dispatching buffered jobs: a ZooKeeper blip
-shorter than the lease does not stop delivery.
+**Vouching (the store's word).** A ZooKeeper outage must not stop delivery: while it lasts no
+group can move (moving one takes a new document), and the store fences every write anyway. So
+the worker also asks the store, every 0.25 s and in one round trip, whether it still *holds*
+each of its groups (a claim records the claiming process as the group's holder; a clean release
+removes it), drops at once any group claimed since by another, and reports
+:meth:`vouched` with *the check's send time* + 1 s. :meth:`may_dispatch` is True while either
+ZooKeeper's lease or the store's word is current; :meth:`may_fetch` while connected or vouched.
+A worker paused (SIGSTOP, a long GC) resumes with both run out and pushes nothing until a fresh
+check, sent after it resumed, has dropped what others claimed meanwhile.
+
+Why two owners never push one group at once. A new owner claims a group only once each former
+owner left a release marker (it had stopped and removed itself as holder) or had its running
+node gone (its session expired, so its ZooKeeper lease had ended, see above). In the second case
+the claim finds the former holder still recorded (a *contested* claim) and the new owner waits
+1.5 s before pushing: the former owner may push only on the store's word, which lasts 1 s from
+the send time of a check, and every check sent after the claim finds the group taken. Each lease
+is measured on the process's own monotonic clock from a send time, so a slow answer only
+shortens it. A worker that can reach neither ZooKeeper nor the store self-fences.
+
+**Self-fence.** Cut off from both: an empty snapshot, so the worker drops its groups (it stops,
+lets in-flight pushes end, checkpoints with its old epoch, which Redis refuses if a new owner
+already claimed a newer one) and dispatches nothing until it has applied that snapshot.
 
 **Release markers.** ``/released/<group>@<epoch>`` promises "this worker will never touch this
 group at this epoch again". It is written when the worker has released a group that the document
@@ -74,6 +89,7 @@ log = logging.getLogger(__name__)
 
 TOPIC_SETTLE_S = 0.2  # let the worker's own topic watch take a new topic before we hand it over
 RETRY_S = 0.5
+RECONNECT_MAX_S = 1.0
 Key = tuple[str, int]  # (str(GroupRef), epoch)
 
 
@@ -120,6 +136,7 @@ class FleetAssignment(AssignmentSource):
         self._registered = asyncio.Event()
         self._lost = asyncio.Event()  # set (and replaced) each time a session is lost
         self._lease_until = 0.0
+        self._vouched_until = 0.0  # monotonic: the worker's store vouches for its groups until
         self._fenced = True  # until the first heartbeat of a registered session
         self._fence_version = 0
         self._applied_version = 0
@@ -152,6 +169,7 @@ class FleetAssignment(AssignmentSource):
         self._failure: BaseException | None = None
         self._run_task: asyncio.Task[Any] | None = None
         self._closed = False
+        self._advertised: dict[str, str] = {}
         self.is_leader = False
         self.leader: Leader | None = None
         client.add_listener(self._listener)
@@ -184,14 +202,21 @@ class FleetAssignment(AssignmentSource):
         self._deferred.add(key)
         self._wake_handover.set()
 
+    def advertise(self, info: Mapping[str, str]) -> None:
+        self._advertised.update(info)
+
+    def vouched(self, until: float) -> None:
+        """The worker's store confirmed every group it holds is still its own (see Vouching)."""
+        self._vouched_until = max(self._vouched_until, until)
+
     def may_fetch(self) -> bool:
-        return self._connected and not self._fenced
+        return not self._fenced and (self._connected or time.monotonic() < self._vouched_until)
 
     def may_dispatch(self) -> bool:
         return (
             not self._fenced
             and self._applied_version >= self._fence_version
-            and time.monotonic() < self._lease_until
+            and time.monotonic() < max(self._lease_until, self._vouched_until)
         )
 
     # ----------------------------------------------------------------- lifecycle
@@ -259,14 +284,19 @@ class FleetAssignment(AssignmentSource):
         while True:
             timeout = None
             if not self._connected and not self._fenced:
-                timeout = max(0.0, self._lease_until - time.monotonic())
+                timeout = max(0.0, self._vouched() - time.monotonic())
             try:
                 async with asyncio.timeout(timeout):
                     state = await self._states.get()
             except TimeoutError:
-                self._fence("ZooKeeper unreachable for the self-fence time")
+                if time.monotonic() >= self._vouched():  # the store stopped vouching too
+                    self._fence("neither ZooKeeper nor the store vouches for our groups")
                 continue
             self._on_state(state)
+
+    def _vouched(self) -> float:
+        """Until when (monotonic) ZooKeeper's lease or the store's check vouches for us."""
+        return max(self._lease_until, self._vouched_until)
 
     def _on_state(self, state: str) -> None:
         if state == KazooState.CONNECTED:
@@ -277,7 +307,9 @@ class FleetAssignment(AssignmentSource):
             self._wake_handover.set()
         elif state == KazooState.SUSPENDED:
             self._connected = False
-            log.warning("worker %s: ZooKeeper connection lost; fetching paused", self.id)
+            log.warning(
+                "worker %s: ZooKeeper connection lost; going on while the store vouches", self.id
+            )
         else:  # LOST: the session expired; kazoo goes on to connect a new one
             self._connected = False
             self._registered.clear()
@@ -314,7 +346,7 @@ class FleetAssignment(AssignmentSource):
             "pid": os.getpid(),
             "weight": self._settings.weight,
             "started_at": round(time.time(), 3),
-        }
+        } | self._advertised
         data = json.dumps(info).encode()
         while True:
             try:
@@ -571,7 +603,10 @@ async def join(
 
     Call :meth:`FleetAssignment.run` to take part, :meth:`FleetAssignment.aclose` to leave.
     """
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    # Reconnect at least every RECONNECT_MAX_S (kazoo's default backs off to 60 s): a session
+    # survives a server restart only if we are back within its timeout of the server's return.
+    retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": RECONNECT_MAX_S}
+    client = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
     fleet = FleetAssignment(
         client,
         ZkPaths(root),

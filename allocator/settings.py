@@ -1,9 +1,10 @@
 """Settings of fleet membership and assignment (env ``EMQ_FLEET_*``, TOML table ``[fleet]``).
 
 The ZooKeeper session timeout is shared with every EMQ process (``EMQ_ZK_SESSION_TIMEOUT_S``) and
-sets the fleet's timing: a worker self-fences ``2/3`` of it after it last heard from ZooKeeper,
-and a new owner waits a grace period of at least that long after a former owner's running node is
-gone. Every worker of a namespace should use the same session timeout.
+sets the fleet's timing: ZooKeeper vouches for a worker's groups ``2/3`` of it after it last
+heard from ZooKeeper (the store vouches for them too, see :mod:`allocator.fleet`), and a dead
+worker's groups move once its session expired: a killed worker's groups deliver again about a
+session timeout (+ 2 s) after the kill. Every worker of a namespace should use the same one.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ class FleetSettings:
     vnodes: int = 160  # ring points per unit of weight
     balance: float = 1.05  # a member is given at most this times its share of groups...
     keep_balance: float = 1.10  # ...but keeps up to this many before any is moved away
-    handover_grace_s: float = 0.0  # after a former owner's node is gone; 0: the self-fence time
+    handover_grace_s: float = 0.0  # an extra wait after a former owner's node is gone
     coalesce_s: float = 0.05  # the leader waits this long after a change before recomputing
     request_timeout_s: float = 5.0  # one ZooKeeper request
 
@@ -40,5 +41,12 @@ def self_fence_s(session_timeout_s: float) -> float:
 
 
 def grace_s(settings: FleetSettings, session_timeout_s: float) -> float:
-    """The wait after a former owner's node is gone: never shorter than its self-fence time."""
-    return max(settings.handover_grace_s, self_fence_s(session_timeout_s))
+    """The wait after a former owner's node is gone before its groups may be claimed.
+
+    None is needed (0, the default): the node goes only when the session expired, a full
+    session timeout after ZooKeeper last heard from the owner, and its ZooKeeper lease ended
+    a third of a session timeout before that; what it may still push on the store's word is
+    fenced by the claim itself (see :mod:`allocator.fleet`, Vouching). A positive setting adds a
+    wait, for operators who want one.
+    """
+    return settings.handover_grace_s

@@ -42,6 +42,7 @@ def _member(
         started_at=float(info.get("started_at", 0.0) or 0.0),
         groups=groups,
         leader=name == leader,
+        metrics=str(info.get("metrics", "") or ""),
     )
 
 

@@ -38,6 +38,7 @@ def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:
             ("* " if w["leader"] else "  ") + w["id"],
             w["host"],
             w["pid"],
+            w.get("metrics") or "-",
             w["weight"],
             w["group_count"],
             w["delivered_per_s"],
@@ -47,7 +48,7 @@ def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:
         for w in body["workers"]
     ]
     _table(
-        ("worker", "host", "pid", "weight", "groups", "delivered/s", "groups@epoch"),
+        ("worker", "host", "pid", "metrics", "weight", "groups", "delivered/s", "groups@epoch"),
         rows,
         "no workers registered",
     )

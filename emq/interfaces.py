@@ -224,8 +224,31 @@ class QueueBackend(AsyncResource):
         """
 
     @abc.abstractmethod
-    async def claim(self, group: GroupRef, epoch: int) -> None:
-        """Make ``epoch`` the group's owner epoch; ``Fenced`` if a newer one was claimed."""
+    async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
+        """Make ``epoch`` the group's owner epoch and ``holder`` (one worker process) its holder;
+        ``Fenced`` if a newer epoch was claimed.
+
+        Returns True if the claim was *contested*: another holder had claimed the group and never
+        released it (:meth:`release_holds`), so it may still be pushing its jobs until its next
+        :meth:`check_holds` (see :mod:`allocator.fleet`).
+        """
+
+    @abc.abstractmethod
+    async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
+        """``holder`` stopped touching ``groups`` for good: the next claim is not contested.
+
+        Only a group ``holder`` still holds is changed; one round trip.
+        """
+
+    @abc.abstractmethod
+    async def check_holds(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> set[GroupRef]:
+        """Of ``(group, epoch)`` claimed by ``holder``, the groups claimed since by another
+        holder or at a newer epoch (a group with no holder recorded is not counted as lost).
+
+        One round trip however many groups: a worker asks several times a second.
+        """
 
     @abc.abstractmethod
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
@@ -367,6 +390,18 @@ class AssignmentSource(AsyncResource):
     async def release(self, group: GroupRef, epoch: int) -> None:
         """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
 
+    def advertise(self, info: Mapping[str, str]) -> None:
+        """Publish ``info`` about this worker (``{"metrics": "host:port"}``) where the fleet's
+        members are listed; call before the source runs. Ignored where there is no fleet."""
+        return None
+
+    def vouched(self, until: float) -> None:
+        """The queue store confirmed, in a check sent at ``until`` minus its validity, that the
+        worker still holds every group it kept (it dropped the others): the source may let it
+        fetch and dispatch until the monotonic time ``until`` even cut off from its coordinator.
+        """
+        return None
+
     def may_fetch(self) -> bool:
         """False while the source has lost touch with its coordinator: fetch nothing new.
 
@@ -378,8 +413,9 @@ class AssignmentSource(AsyncResource):
     def may_dispatch(self) -> bool:
         """False while this worker's ownership cannot be vouched for: start no push.
 
-        In a fleet, ownership is a lease renewed by talking to ZooKeeper; once it runs out (or
-        the worker self-fenced and has not yet dropped its groups) another worker may own them.
+        In a fleet, ownership is a lease renewed by talking to ZooKeeper, or vouched for by the
+        queue store (:meth:`vouched`); once both run out (or the worker self-fenced and has not
+        yet dropped its groups) another worker may own them.
         Cheap: the worker asks every tick and before every push.
         """
         return True
@@ -395,6 +431,7 @@ class FleetMember:
     weight: int = 1
     started_at: float = 0.0
     groups: Mapping[str, int] = field(default_factory=dict)  # str(GroupRef) -> owner epoch
+    metrics: str = ""  # host:port of its /metrics ("" if it serves none)
     leader: bool = False
 
 

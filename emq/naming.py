@@ -66,6 +66,10 @@ class RedisKeys:
         """The committed offset of one physical queue, with the epoch that wrote it."""
         return self._group_key(queue.group, "ckpt", queue.priority.value)
 
+    def holder(self, group: GroupRef) -> str:
+        """Which worker process claimed the group last and has not released it."""
+        return self._group_key(group, "holder")
+
     def epoch(self, group: GroupRef) -> str:
         """The group's current owner epoch: writes carrying an older one are fenced."""
         return self._group_key(group, "epoch")

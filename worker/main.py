@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import errno
 import gc
 import logging
 import os
@@ -11,6 +12,7 @@ import socket
 
 from aiohttp import web
 
+from emq.errors import ConfigError
 from emq.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
 from emq.model import Namespace
 from worker.metrics import WorkerMetrics
@@ -48,8 +50,10 @@ def tune_gc() -> None:
 
 
 async def _serve_metrics(
-    metrics: WorkerMetrics, worker: Worker, host: str, port: int
-) -> web.AppRunner:
+    metrics: WorkerMetrics, worker: Worker, host: str, ports: range
+) -> tuple[web.AppRunner, int]:
+    """Serve /metrics and /healthz on the first free port of ``ports``; (runner, port)."""
+
     async def healthz(request: web.Request) -> web.Response:
         return health_response(worker)
 
@@ -58,8 +62,22 @@ async def _serve_metrics(
     app.router.add_get("/healthz", healthz)
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, host, port).start()
-    return runner
+    for port in ports:
+        try:
+            await web.TCPSite(runner, host, port).start()
+            return runner, port
+        except OSError as e:
+            if e.errno != errno.EADDRINUSE or len(ports) == 1:
+                await runner.cleanup()
+                raise ConfigError(
+                    f"EMQ_WORKER_METRICS_PORT: cannot serve metrics on {host}:{port}: "
+                    f"{e.strerror or e} (set another port, 'auto' or 0)"
+                ) from None
+    await runner.cleanup()
+    raise ConfigError(
+        f"EMQ_WORKER_METRICS_PORT=auto: ports {ports.start}-{ports.stop - 1} on {host} are all "
+        "taken (set a port or 0)"
+    )
 
 
 def health_response(worker: Worker) -> web.Response:
@@ -115,10 +133,16 @@ async def run_worker(
             max_group_qps=max_group_qps,
         )
         runner = None
-        if settings.metrics_port:
-            runner = await _serve_metrics(
-                worker.metrics, worker, settings.metrics_host, settings.metrics_port
+        ports = settings.metrics_ports()
+        if ports:
+            runner, port = await _serve_metrics(
+                worker.metrics, worker, settings.metrics_host, ports
             )
+            log.info("worker %s serves /metrics on %s:%d", worker_id, settings.metrics_host, port)
+            # Several workers per host each take a port: the fleet says which one is whose.
+            host = settings.metrics_host
+            host = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
+            assignment.advertise({"metrics": f"{host}:{port}"})
         follow = (
             asyncio.create_task(assignment.run())
             if assignment_task and hasattr(assignment, "run")

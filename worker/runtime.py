@@ -18,6 +18,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import secrets
 import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
@@ -53,6 +55,12 @@ MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at leas
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
 TRIM_EVERY = 10  # checkpoints
+# Holds (see allocator.fleet, Vouching): every HOLD_CHECK_S the worker asks the store whether it
+# still holds its groups; a check vouches for HOLD_VALID_S from its send time. A contested claim
+# waits out a former holder's last word: HOLD_VALID_S, plus a margin for clocks and scheduling.
+HOLD_CHECK_S = 0.25
+HOLD_VALID_S = 1.0
+CONTESTED_WAIT_S = HOLD_VALID_S + 0.5
 
 
 class Worker:
@@ -96,6 +104,8 @@ class Worker:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self._checkpoints = 0
         self.owned_generation = -1
+        # This process as a holder of groups: a restarted worker with the same id is another one.
+        self.holder = f"{worker_id}/{os.getpid()}/{secrets.token_hex(4)}"
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -105,6 +115,7 @@ class Worker:
         self.metrics.send_limit.set(self._sends.limit)
         self._start("topics", self._watch_topics())
         self._start("assignment", self._follow_assignment())
+        self._start("holds", self._check_holds())
         self._start("fetch", self.fetcher.run())
         self._start("signals", self.fetcher.listen())
         self._start("promote", self.fetcher.promote())
@@ -179,6 +190,7 @@ class Worker:
             log.warning(
                 "final checkpoint not written (%s): entries after it will be redelivered", e
             )
+        await self._release_holds(list(self.groups.values()))
         for g in list(self.groups.values()):
             await self.assignment.release(g.ref, g.epoch)
         log.info("worker %s stopped", self.id)
@@ -255,7 +267,7 @@ class Worker:
             try:
                 # Redis unreachable: retried until it answers or the group is assigned away
                 # (a claim that dies would end the assignment task, and with it the worker).
-                checkpoints = await self.outage.retry(
+                claimed = await self.outage.retry(
                     f"claim of {ref}",
                     lambda: self._claim_once(ref, epoch),
                     give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
@@ -263,9 +275,16 @@ class Worker:
             except Fenced as e:
                 log.warning("not claiming %s: %s", ref, e)
                 return
-        if checkpoints is None:
+        if claimed is None:
             log.info("not claiming %s: no longer assigned to this worker", ref)
             return
+        contested, checkpoints = claimed
+        if contested:
+            # Its former holder never let go (killed, or cut off): it may push on the store's
+            # last word for HOLD_VALID_S; every check it sends from now on finds the group taken.
+            log.info("claimed %s from a holder that did not release it: starting in %.1f s",
+                     ref, CONTESTED_WAIT_S)  # fmt: skip
+            await asyncio.sleep(CONTESTED_WAIT_S)
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         group = GroupState(
             ref, epoch, topic, quota[ref.index] if ref.index < len(quota) else 1, checkpoints
@@ -274,10 +293,14 @@ class Worker:
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
 
-    async def _claim_once(self, ref: GroupRef, epoch: int) -> list[Checkpoint | None]:
-        """Claim ``ref`` at ``epoch`` and read its checkpoints (claiming twice is harmless)."""
-        await self.queues.claim(ref, epoch)
-        return list(await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues())))
+    async def _claim_once(
+        self, ref: GroupRef, epoch: int
+    ) -> tuple[bool, list[Checkpoint | None]]:
+        """Claim ``ref`` at ``epoch`` (claiming twice is harmless): whether a former holder never
+        let go, and the group's checkpoints (final: the claim fenced any former owner's writes)."""
+        contested = await self.queues.claim(ref, epoch, self.holder)
+        checkpoints = await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues()))
+        return contested, list(checkpoints)
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
@@ -291,9 +314,39 @@ class Worker:
             await self._write_checkpoints([group])
         except BackendUnavailable as e:
             log.warning("final checkpoint of %s not written (%s)", group.ref, e)
+        if not group.dropped:
+            await self._release_holds([group])
         self._forget(group)
         await self.assignment.release(group.ref, group.epoch)
         log.info("released %s (epoch %d)", group.ref, group.epoch)
+
+    async def _release_holds(self, groups: list[GroupState]) -> None:
+        """We stopped touching ``groups``: their next owner need not wait (see _claim)."""
+        refs = [g.ref for g in groups if not g.dropped]
+        if not refs:
+            return
+        try:
+            await self.queues.release_holds(refs, self.holder)
+        except BackendUnavailable as e:  # their next owner waits a little longer: harmless
+            log.warning("holds of %d group(s) not released (%s)", len(refs), e)
+
+    async def _check_holds(self) -> None:
+        """Every HOLD_CHECK_S: drop the groups another worker claimed since, and tell the
+        assignment the store vouches for the rest (see allocator.fleet, Vouching)."""
+        while True:
+            sent = time.monotonic()
+            groups = [g for g in self.groups.values() if not g.dropped]
+            try:
+                holds = [(g.ref, g.epoch) for g in groups]
+                lost = await self.queues.check_holds(holds, self.holder)
+            except BackendUnavailable as e:
+                log.debug("holds not checked: %s", e)
+            else:
+                for g in groups:
+                    if g.ref in lost:
+                        self._drop(g, "fenced: claimed by another worker")
+                self.assignment.vouched(sent + HOLD_VALID_S)
+            await asyncio.sleep(max(0.0, sent + HOLD_CHECK_S - time.monotonic()))
 
     def _forget(self, group: GroupState) -> None:
         group.stopped = group.dropped = True

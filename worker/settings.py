@@ -6,12 +6,17 @@ from dataclasses import dataclass
 
 from emq.errors import ConfigError
 
+METRICS_AUTO = "auto"
+METRICS_AUTO_PORTS = range(9101, 9200)  # "auto" takes the first free one: a worker per core
+
 
 @dataclass(frozen=True)
 class WorkerSettings:
     id: str = ""  # empty: <hostname>-<pid>
     metrics_host: str = "127.0.0.1"
-    metrics_port: int = 9101  # 0 turns the metrics server off
+    # "auto": the first free port of METRICS_AUTO_PORTS (advertised in the fleet's running node);
+    # a number: that port, a one-line error if taken; "0": no metrics server.
+    metrics_port: str = METRICS_AUTO
     senders: int = 256  # fixed pool of HTTP sender tasks
     senders_min: int = 64  # pushes at once when the worker's CPU is the limit (= senders: fixed)
     connect_timeout_s: float = 5.0
@@ -27,7 +32,21 @@ class WorkerSettings:
     aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
 
     def __post_init__(self) -> None:
+        self.metrics_ports()  # validates
         for name in ("senders", "senders_min"):
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"EMQ_WORKER_{name.upper()} must be at least 1, got {value}")
+
+    def metrics_ports(self) -> range:
+        """The ports to try for the metrics server, in order (empty: no server)."""
+        value = str(self.metrics_port).strip().lower()
+        if value == METRICS_AUTO:
+            return METRICS_AUTO_PORTS
+        if not value.isdigit() or int(value) > 65535:
+            raise ConfigError(
+                "EMQ_WORKER_METRICS_PORT must be 'auto' or a port 0-65535, "
+                f"got {self.metrics_port!r}"
+            )
+        port = int(value)
+        return range(port, port + 1) if port else range(0)

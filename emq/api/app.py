@@ -449,6 +449,7 @@ def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> 
                 "pid": m.pid,
                 "weight": m.weight,
                 "started_at": m.started_at,
+                "metrics": m.metrics,
                 "leader": m.leader,
                 "group_count": len(m.groups),
                 "groups": [{"group": g, "epoch": e} for g, e in sorted(m.groups.items())],

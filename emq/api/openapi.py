@@ -173,6 +173,10 @@ _SCHEMAS["FleetWorker"] = {
         "pid": {"type": "integer"},
         "weight": {"type": "integer", "description": "capacity weight"},
         "started_at": {"type": "number", "description": "registration time, epoch seconds"},
+        "metrics": {
+            "type": "string",
+            "description": "host:port of the worker's /metrics and /healthz ('' if none)",
+        },
         "leader": {"type": "boolean"},
         "group_count": {"type": "integer"},
         "groups": {

@@ -123,7 +123,7 @@ class Control:
 
 
 async def run(spec: dict[str, Any]) -> None:
-    settings = WorkerSettings(**{"metrics_port": 0, **spec.get("settings", {})})
+    settings = WorkerSettings(**{"metrics_port": "0", **spec.get("settings", {})})
     queues = await connect(spec["redis_url"], cluster=False, prefix=spec["prefix"])
     history = RedisHistoryStore(
         aioredis.Redis.from_url(spec["redis_url"]), RedisKeys(spec["prefix"]), owns_client=True

@@ -396,3 +396,31 @@ async def test_wait_ready_on_a_closed_or_unreachable_store(subject: Subject, tes
             await down.due_groups(BASE_MS, 10)
         with pytest.raises(BackendUnavailable):
             await down.reindex_delayed([g])
+
+
+# --------------------------------------------------------------------------- holders
+
+
+async def test_a_claim_is_contested_until_the_former_holder_releases(
+    subject: Subject, backend: QueueBackend
+) -> None:
+    groups = spread_groups(6)
+    await assert_on_every_shard(subject, groups)
+    assert not any([await backend.claim(g, 1, "a") for g in groups])  # never held before
+    assert await backend.check_holds([(g, 1) for g in groups], "a") == set()
+    assert await backend.claim(groups[0], 1, "a") is False  # re-claimed by its own holder
+    assert await backend.claim(groups[0], 2, "b") is True  # "a" never let go: contested
+    assert await backend.check_holds([(g, 1) for g in groups], "a") == {groups[0]}
+    as_b = [(groups[0], 2)] + [(g, 1) for g in groups[1:]]
+    assert await backend.check_holds(as_b, "b") == set(groups[1:])
+    await backend.release_holds(groups, "a")  # only what "a" still holds is released
+    assert await backend.check_holds([(groups[0], 2)], "b") == set()
+    assert [await backend.claim(g, 3, "c") for g in groups] == [True] + [False] * 5
+    with pytest.raises(Fenced):
+        await backend.claim(groups[1], 2, "d")
+    assert await backend.check_holds([(g, 3) for g in groups], "c") == set()
+    assert await backend.check_holds([], "c") == set()
+    # No holder recorded (a claim without one): lost only if the epoch moved on.
+    await backend.claim(groups[2], 4)
+    assert await backend.check_holds([(groups[2], 4), (groups[3], 3)], "c") == set()
+    assert await backend.check_holds([(groups[2], 3)], "c") == {groups[2]}
