@@ -127,8 +127,9 @@ class Handoff(Generic[T]):
     receiver), so the dispatcher calls :meth:`catch_up` every tick: whatever still waits then
     gets a sender each at once.
 
-    ``limit`` caps how many senders hold a job (between :meth:`get` and :meth:`done`); the
-    :class:`SendGovernor` moves it. Senders over the limit wait like idle ones.
+    ``limit`` caps how many senders hold a job (between :meth:`get` and :meth:`done`, or
+    :meth:`release` for a push left to a slow endpoint); the :class:`SendGovernor` moves it.
+    Senders over the limit wait like idle ones.
     """
 
     __slots__ = ("_holding", "_idle", "_items", "_woken", "limit")
@@ -160,6 +161,12 @@ class Handoff(Generic[T]):
 
     def leave(self) -> None:
         """A sender stops taking jobs (cancelled): hand its slot to an idle one."""
+        self._kick()
+
+    def release(self) -> None:
+        """The job a sender holds stops counting against the limit (instead of :meth:`done`):
+        its push waits on a slow endpoint, and the slot goes to the next job at once."""
+        self._holding -= 1
         self._kick()
 
     def set_limit(self, limit: int) -> None:
@@ -216,7 +223,9 @@ class SendGovernor:
     loop thread's CPU share is read: at ``busy`` or more the limit shrinks by a quarter (not
     under ``floor``); under ``idle`` while jobs wait for a sender it grows by a quarter (not
     over ``senders``). Slow endpoints keep the loop idle, so they get every sender; pushes that
-    have run for ``stuck_s`` (a hanging endpoint) do not count against the limit.
+    have run for ``stuck_s`` (a hanging endpoint) do not count against the limit: the sender
+    pool (:mod:`worker.senders`) detaches them, and reports as ``stuck`` only those it could
+    not detach (at its cap).
     """
 
     def __init__(

@@ -12,8 +12,9 @@ class WorkerSettings:
     id: str = ""  # empty: <hostname>-<pid>
     metrics_host: str = "127.0.0.1"
     metrics_port: int = 9101  # 0 turns the metrics server off
-    senders: int = 256  # fixed pool of HTTP sender tasks
+    senders: int = 256  # HTTP sender tasks counted against the send limit
     senders_min: int = 64  # pushes at once when the worker's CPU is the limit (= senders: fixed)
+    max_in_flight: int = 10_000  # pushes at once, slow ones included (sockets, memory)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     max_response_bytes: int = 64 * 1024
@@ -31,3 +32,8 @@ class WorkerSettings:
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"EMQ_WORKER_{name.upper()} must be at least 1, got {value}")
+        if self.max_in_flight < self.senders:
+            raise ConfigError(
+                f"EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS ({self.senders}),"
+                f" got {self.max_in_flight}"
+            )

@@ -39,7 +39,7 @@ from adapters.redis_queue import connect
 from emq.interfaces import Pusher, PushRequest, PushResult
 from emq.model import Namespace, Tenant, Topic, TopicRef
 from emq.naming import RedisKeys
-from worker.main import tune_gc
+from worker.main import raise_fd_limit, tune_gc
 from worker.push import PushExecutor
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
@@ -116,6 +116,9 @@ class Control:
             "fetch_round_trips": w.fetcher.reads,
             "send_limit": w.governor.limit,
             "send_limit_lowest": w.governor.lowest,
+            "senders": len(w.senders),
+            "senders_most": w.senders.most_tasks,
+            "detached": w.senders.detached,
         }
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))
@@ -173,7 +176,8 @@ async def _run_worker(
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    tune_gc()  # as ``emq worker`` does
+    raise_fd_limit(settings.max_in_flight)  # as ``emq worker`` does
+    tune_gc()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, load)
