@@ -134,6 +134,7 @@ class TopicState:
     """One owned topic: its configuration, its endpoint's in-flight count, its stats."""
 
     __slots__ = (
+        "cut",
         "endpoint",
         "groups",
         "in_flight",
@@ -149,6 +150,7 @@ class TopicState:
         self.metrics_version = 0  # stats.version() when the metrics last moved
         self.in_flight = 0
         self.slow_at = -math.inf  # monotonic: a push of it last seen running long (senders.py)
+        self.cut = 0  # endpoint slots withheld after pushes that timed out (senders.py)
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
 
@@ -158,7 +160,8 @@ class TopicState:
 
     def room(self) -> int:
         """How many more requests this topic's endpoint may have in flight."""
-        return self.topic.endpoint_concurrency - self.in_flight
+        # (at least one slot: a cut made under a larger endpoint_concurrency must not stop it)
+        return max(1, self.topic.endpoint_concurrency - self.cut) - self.in_flight
 
 
 Buffers = tuple[deque[Buffered], deque[Buffered], deque[Buffered]]

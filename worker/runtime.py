@@ -94,6 +94,7 @@ class Worker:
             most=settings.max_in_flight,
             stuck_s=self.governor.stuck_s,
             slow_hold_s=settings.request_timeout_s,  # a hanging push ends at the timeout
+            timeout_s=settings.request_timeout_s,
         )
         self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint

@@ -29,6 +29,15 @@ loop nothing more by waiting elsewhere (endpoints that all begin to hang at once
 senders for a tick or two, not for ``stuck_s``). At ``most`` sender tasks nothing more
 detaches: a slow push then holds its sender as before, and counts as stuck for the governor.
 
+Retries must not crowd the healthy either: every request to a hanging endpoint ends in a
+timeout (``EMQ_WORKER_REQUEST_TIMEOUT_S``) and is retried, and 50 hanging topics at concurrency
+32 would open 1600 fresh connections in each wave of timeouts (a second of the loop's CPU, and
+the healthy topics' pushes wait behind it). So an endpoint's slots shrink as its requests time
+out: each timeout halves the slots it may hold (``TopicState.cut``, never under one, so it is
+still probed), and each push answered in time gives one back (additive increase,
+multiplicative decrease, as TCP does). A slow endpoint that answers within the timeout keeps
+all its slots (a 5 s one with concurrency 32: 6.4 jobs/s).
+
 Why not move a stuck push off its sender instead? A running coroutine cannot be moved, so every
 push would have to be its own task from the start, a task per job on the hot path. Here a fast
 push costs what it did (a clock read and two list stores); only slow pushes pay a task each,
@@ -42,7 +51,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from worker.dispatch import Handoff
-from worker.groups import Buffered, GroupState
+from worker.groups import Buffered, GroupState, TopicState
 
 Push = Callable[[GroupState, Buffered], Awaitable[None]]
 
@@ -59,6 +68,7 @@ class SenderPool:
         most: int,
         stuck_s: float,
         slow_hold_s: float,
+        timeout_s: float,
         starved_s: float = 0.1,
     ) -> None:
         self._sends = sends
@@ -68,6 +78,7 @@ class SenderPool:
         self.stuck_s = stuck_s
         self.slow_hold_s = slow_hold_s
         self.starved_s = min(starved_s, stuck_s)
+        self.timeout_s = timeout_s
         # Per slot (a sender's index, reused once it has ended): when its push started
         # (monotonic, 0 when idle), the push's group, whether the sender is detached.
         self._started: list[float] = []
@@ -154,6 +165,15 @@ class SenderPool:
                 stuck += 1
         return stuck
 
+    def _slow_ended(self, topic: TopicState, started: float) -> None:
+        """A detached push ended: after a timeout, halve the slots its endpoint may hold (not
+        under one); answered in time, give one back."""
+        if time.monotonic() - started >= self.timeout_s:
+            most = topic.topic.endpoint_concurrency
+            topic.cut = most - max(1, (most - topic.cut) // 2)
+        elif topic.cut:
+            topic.cut -= 1
+
     async def _sender(self, slot: int) -> None:
         sends, started, groups, detached = self._sends, self._started, self._groups, self._detached
         try:
@@ -172,8 +192,11 @@ class SenderPool:
                     group.in_flight -= 1
                     if detached[slot]:
                         self.detached -= 1
+                        self._slow_ended(topic, now)
                     else:
                         sends.done()
+                        if topic.cut:
+                            topic.cut -= 1  # answered in time: give a slot back
         finally:
             detached[slot] = False
             groups[slot] = None

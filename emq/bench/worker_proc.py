@@ -20,6 +20,7 @@ Control by signal, so that an idle worker spends nothing on being observed:
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import json
 import logging
@@ -47,6 +48,18 @@ from worker.ssrf import AddressPolicy
 from worker.standalone import StandaloneAssignment
 
 log = logging.getLogger(__name__)
+
+GC_TIME = [0.0, 0.0]  # seconds spent collecting, start of the current collection
+
+
+def _time_gc(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        GC_TIME[1] = time.perf_counter()
+    else:
+        GC_TIME[0] += time.perf_counter() - GC_TIME[1]
+
+
+gc.callbacks.append(_time_gc)
 
 NAMESPACE = Namespace.ONLINE
 ALLOW = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -119,6 +132,9 @@ class Control:
             "senders": len(w.senders),
             "senders_most": w.senders.most_tasks,
             "detached": w.senders.detached,
+            "loop_lag_s": round(w.metrics.loop_lag._value.get(), 4),  # the last 0.1 s sample
+            "gc_collections": [g["collections"] for g in gc.get_stats()],
+            "gc_s": round(GC_TIME[0], 3),
         }
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))

@@ -36,9 +36,7 @@ async def test_healthy_topics_keep_their_quota_beside_more_hanging_requests_than
         await stack.enqueue(name, jobs(sink, name, 1500))
     # A 2 s request timeout (the rig's): the hanging requests time out and are retried three
     # times while the healthy topics are counted, each time a wave of fresh hanging requests.
-    worker = worker_process(
-        EMQ_WORKER_SENDERS=str(SENDERS), EMQ_WORKER_SENDERS_MIN=str(SENDERS)
-    )
+    worker = worker_process(EMQ_WORKER_SENDERS=str(SENDERS), EMQ_WORKER_SENDERS_MIN=str(SENDERS))
     assert await sink.wait_for(lambda: len(sink.of("ok1")) >= 8 * QPS, 20), worker.log()
     assert sink.max_hanging == len(HANGING) * CONCURRENCY  # each held its own endpoint's share
     for name in HEALTHY:

@@ -1,0 +1,149 @@
+"""The sender pool without HTTP: slow pushes leave their senders, timeouts shrink an endpoint."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from emq.model import Namespace, Topic, TopicRef
+from worker.dispatch import Handoff
+from worker.groups import Buffered, GroupState, TopicState
+from worker.senders import SenderPool
+
+
+class Pushes:
+    """A push that waits until released (or ``timeout_s``)."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, asyncio.Future[None]] = {}
+        self.started = asyncio.Event()
+
+    async def push(self, group: GroupState, item: Buffered) -> None:
+        fut = asyncio.get_running_loop().create_future()
+        self.running[id(item)] = fut
+        self.started.set()
+        try:
+            await fut
+        finally:
+            del self.running[id(item)]
+
+    def release_all(self) -> None:
+        for fut in self.running.values():
+            if not fut.done():
+                fut.set_result(None)
+
+
+def group(name: str, concurrency: int = 32) -> GroupState:
+    topic = TopicState(
+        Topic(TopicRef(Namespace.ONLINE, "t", name), 50, 1, endpoint_concurrency=concurrency)
+    )
+    g = GroupState(topic.ref.group(0), 1, topic, 50, [None, None, None])
+    topic.groups[0] = g
+    return g
+
+
+def send(sends: Handoff[tuple[GroupState, Buffered]], g: GroupState, n: int) -> list[Buffered]:
+    items = [Buffered(g.ref.queues()[1], None, b"{}", 0.0, None) for _ in range(n)]  # type: ignore[arg-type]
+    for item in items:
+        g.in_flight += 1
+        g.topic.in_flight += 1
+        sends.put_nowait((g, item))
+    return items
+
+
+async def settle() -> None:
+    for _ in range(20):
+        await asyncio.sleep(0)
+
+
+async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_jobs() -> None:
+    sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
+    pushes = Pushes()
+    pool = SenderPool(
+        sends, pushes.push, size=4, most=100, stuck_s=0.5, slow_hold_s=10, timeout_s=10
+    )
+    run = asyncio.create_task(pool.run())
+    hang = group("hang")
+    send(sends, hang, 4)
+    await settle()
+    assert len(pushes.running) == 4 and sends.holding == 4 and sends.qsize() == 0
+    ok = group("ok")
+    send(sends, ok, 3)
+    await settle()
+    assert len(pushes.running) == 4  # every sender held: the healthy jobs wait
+    assert pool.scan(time.monotonic() + 1.0) == 0  # past stuck_s: all four detach, none stuck
+    await settle()
+    assert pool.detached == 4 and len(pool) == 8
+    assert len(pushes.running) == 7 and sends.holding == 3  # the healthy ones went at once
+    assert time.monotonic() - hang.topic.slow_at < 2.0  # the hanging topic is known slow now
+    pushes.release_all()
+    await settle()
+    assert len(pool) == 4 and pool.detached == 0 and sends.holding == 0  # back to its size
+    assert hang.topic.in_flight == 0 and ok.topic.in_flight == 0
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most() -> None:
+    sends: Handoff[tuple[GroupState, Buffered]] = Handoff(2)
+    pushes = Pushes()
+    pool = SenderPool(sends, pushes.push, size=2, most=5, stuck_s=0.5, slow_hold_s=10, timeout_s=10)
+    run = asyncio.create_task(pool.run())
+    slow = group("slow")
+    slow.topic.slow_at = time.monotonic()
+    send(sends, slow, 6)
+    await settle()
+    # Three detached (the pool reached five tasks), then two more hold the two senders.
+    assert pool.detached == 3 and len(pool) == 5 and sends.holding == 2
+    assert len(pushes.running) == 5 and sends.qsize() == 1
+    pushes.release_all()
+    await settle()
+    pushes.release_all()
+    await settle()
+    assert slow.topic.in_flight == 0 and len(pool) == 2
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_timeouts_halve_an_endpoint_and_answers_in_time_give_slots_back() -> None:
+    sends: Handoff[tuple[GroupState, Buffered]] = Handoff(8)
+    pushes = Pushes()
+    pool = SenderPool(
+        sends, pushes.push, size=8, most=100, stuck_s=0.5, slow_hold_s=10, timeout_s=0.05
+    )
+    run = asyncio.create_task(pool.run())
+    hang = group("hang", concurrency=8)
+    hang.topic.slow_at = time.monotonic()  # detached as taken
+    send(sends, hang, 8)
+    await settle()
+    assert hang.topic.room() == 0
+    await asyncio.sleep(0.06)  # past timeout_s
+    pushes.release_all()
+    await settle()
+    assert hang.topic.cut == 7 and hang.topic.room() == 1  # 8 -> 4 -> 2 -> 1, then held at 1
+    hang.topic.slow_at = -1e9  # not slow any more: pushes answered at once
+    send(sends, hang, 1)
+    await settle()
+    pushes.release_all()
+    await settle()
+    assert hang.topic.cut == 6  # one back per answer in time
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
+
+
+async def test_a_sender_that_dies_fails_the_pool() -> None:
+    sends: Handoff[tuple[GroupState, Buffered]] = Handoff(2)
+
+    async def boom(group: GroupState, item: Buffered) -> None:
+        raise RuntimeError("boom")
+
+    pool = SenderPool(sends, boom, size=2, most=10, stuck_s=0.5, slow_hold_s=10, timeout_s=10)
+    run = asyncio.create_task(pool.run())
+    g = group("g")
+    send(sends, g, 1)
+    try:
+        await asyncio.wait_for(run, 5)
+        raise AssertionError("the pool did not fail")
+    except RuntimeError as e:
+        assert str(e) == "boom"
+    assert g.topic.in_flight == 0 and len(pool) == 0
