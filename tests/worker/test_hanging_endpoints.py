@@ -7,9 +7,17 @@ than the worker has senders; the healthy topics must keep their quota all the sa
 
 from __future__ import annotations
 
+import contextlib
+import ipaddress
+import socket
+import time
 from typing import Any
 
+from emq.interfaces import PushRequest
 from tests.worker.conftest import Sink, Stack, full_seconds
+from worker.push import PushExecutor
+from worker.settings import WorkerSettings
+from worker.ssrf import AddressPolicy
 
 SENDERS = 16
 HANGING = [f"hang{i}" for i in range(10)]
@@ -48,3 +56,33 @@ async def test_healthy_topics_keep_their_quota_beside_more_hanging_requests_than
         assert max(seconds) <= QPS + 1, (name, seconds)
     for name in SLOW:  # 4 at a time, 1 s each: about 4/s, their endpoints' own limit
         assert len(sink.of(name)) >= 4 * 5, (name, len(sink.of(name)))
+
+
+async def test_a_connect_that_hangs_ends_at_the_connect_timeout_not_the_total() -> None:
+    # A listener whose accept queue is full drops further SYNs: a connect that never completes,
+    # as to a host that has vanished behind a firewall.
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(0)
+    port = listener.getsockname()[1]
+    fillers = []
+    try:
+        for _ in range(4):
+            filler = socket.socket()
+            filler.setblocking(False)
+            with contextlib.suppress(BlockingIOError):
+                filler.connect(("127.0.0.1", port))
+            fillers.append(filler)
+        settings = WorkerSettings(connect_timeout_s=0.3, request_timeout_s=10.0)
+        policy = AddressPolicy((ipaddress.ip_network("127.0.0.0/8"),))
+        async with PushExecutor(settings, policy) as pusher:
+            start = time.monotonic()
+            result = await pusher.push(
+                PushRequest(f"http://127.0.0.1:{port}/x", "POST", {}, b"{}", "t")
+            )
+        assert result.status == 0 and result.error == "timed out", result
+        assert time.monotonic() - start < 2.0
+    finally:
+        for s in fillers:
+            s.close()
+        listener.close()
