@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 import time
 
 from emq.model import Namespace, Topic, TopicRef
@@ -147,3 +149,46 @@ async def test_a_sender_that_dies_fails_the_pool() -> None:
     except RuntimeError as e:
         assert str(e) == "boom"
     assert g.topic.in_flight == 0 and len(pool) == 0
+
+
+def test_max_in_flight_under_the_senders_is_one_clear_error() -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "emq", "config", "show"],
+        env={"PATH": "/usr/bin:/bin", "EMQ_WORKER_MAX_IN_FLIGHT": "10"},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert done.stderr == (
+        "emq: error: EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS (256), got 10\n"
+    )
+
+
+FD_SCRIPT = """
+import logging, resource, sys
+from worker.main import raise_fd_limit
+logging.basicConfig(stream=sys.stdout, format="%(levelname)s %(message)s")
+resource.setrlimit(resource.RLIMIT_NOFILE, (64, int(sys.argv[1])))
+print(raise_fd_limit(int(sys.argv[2])), resource.getrlimit(resource.RLIMIT_NOFILE)[0])
+"""
+
+
+def test_the_worker_raises_its_open_file_limit_to_the_hard_limit_and_says_when_it_is_short() -> (
+    None
+):
+    def run(hard: int, in_flight: int) -> list[str]:
+        done = subprocess.run(
+            [sys.executable, "-c", FD_SCRIPT, str(hard), str(in_flight)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=True,
+        )
+        return done.stdout.splitlines()
+
+    assert run(4096, 2000) == ["4096 4096"]
+    short = run(1024, 10_000)
+    assert short[-1] == "1024 1024"
+    assert short[0].startswith("WARNING open-file limit 1024 is under EMQ_WORKER_MAX_IN_FLIGHT")
