@@ -339,6 +339,7 @@ class Worker:
         # not CPU, so long pushes leave their senders sooner (see worker.senders).
         starved = self._sends.qsize() > 0 and self._sends.holding >= gov.senders
         stuck = self.senders.scan(mono, starved=starved)
+        self.metrics.slow_pushes.set(self.senders.detached)
         limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
         if limit is not None and limit != self._sends.limit:
             self._sends.set_limit(limit)

@@ -176,13 +176,14 @@ class SenderPool:
 
     async def _sender(self, slot: int) -> None:
         sends, started, groups, detached = self._sends, self._started, self._groups, self._detached
+        hold = self.slow_hold_s
         try:
             while not detached[slot]:
                 group, item = await sends.get()
                 started[slot] = now = time.monotonic()
                 groups[slot] = group
                 topic = group.topic
-                if now - topic.slow_at < self.slow_hold_s:
+                if now - topic.slow_at < hold:
                     self._detach(slot)
                 try:
                     await self._push(group, item)
