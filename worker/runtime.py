@@ -93,8 +93,8 @@ class Worker:
             size=settings.senders,
             most=settings.max_in_flight,
             stuck_s=self.governor.stuck_s,
-            slow_hold_s=settings.request_timeout_s,  # a hanging push ends at the timeout
             timeout_s=settings.request_timeout_s,
+            period_s=self.governor.period_s,
         )
         self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
@@ -335,10 +335,7 @@ class Worker:
         """Let the governor move the number of pushes at once (see SendGovernor)."""
         gov = self.governor
         self._govern_at = mono + gov.period_s
-        # Jobs waiting for a sender while the limit is all the senders: senders are short,
-        # not CPU, so long pushes leave their senders sooner (see worker.senders).
-        starved = self._sends.qsize() > 0 and self._sends.holding >= gov.senders
-        stuck = self.senders.scan(mono, starved=starved)
+        stuck = self.senders.scan(mono)
         self.metrics.slow_pushes.set(self.senders.detached)
         limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
         if limit is not None and limit != self._sends.limit:

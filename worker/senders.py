@@ -19,15 +19,22 @@ States of one sender::
     DETACHED --push ends--> (gone)
 
 A topic is *known slow* while one of its pushes has run past ``stuck_s`` within the last
-``slow_hold_s``: its new pushes detach as they start, so a wave of fresh requests to hanging
-endpoints (whose previous requests timed out together) never fills the limit for ``stuck_s``
-first. :meth:`SenderPool.scan` finds the pushes past ``stuck_s``; the worker runs it with the
-governor (every ``period_s``), one look per running push. While jobs wait for a sender and the
-governor is not holding the limit down for CPU, pushes past ``starved_s`` (0.1 s) detach as
-well: then the senders themselves are what is short, and a push that waits that long costs the
-loop nothing more by waiting elsewhere (endpoints that all begin to hang at once then hold the
-senders for a tick or two, not for ``stuck_s``). At ``most`` sender tasks nothing more
-detaches: a slow push then holds its sender as before, and counts as stuck for the governor.
+``slow_hold_s`` (2 s: a hanging endpoint's next request is past ``stuck_s`` again half a second
+after the previous one timed out): its new pushes detach as they start, so a wave of fresh
+requests to hanging endpoints (whose previous requests timed out together) never fills the
+limit for ``stuck_s`` first. :meth:`SenderPool.scan` finds the pushes past ``stuck_s``; the
+worker runs it with the governor (every ``period_s``), one look per running push. So only
+endpoints that *begin* to hang, more of them at once than there are senders, can hold the
+senders, and for ``stuck_s`` plus a period at most. (Detaching sooner while jobs wait for a
+sender was tried: on a machine whose CPU other processes take, every push looks slow, and the
+pool grew past the senders under the W2 load, the very concurrency the governor holds down.)
+At ``most`` sender tasks nothing more detaches: a slow push then holds its sender as before,
+and counts as stuck for the governor.
+
+Time the event loop itself stood still (a long garbage collection, a machine whose CPU others
+take) does not count towards ``stuck_s``: scans further apart than ``period_s`` add the excess
+to ``stalled``, and a push's start is recorded net of it. Otherwise one stall of half a second
+would make every push in flight look stuck and every topic on the worker slow.
 
 Retries must not crowd the healthy either: every request to a hanging endpoint ends in a
 timeout (``EMQ_WORKER_REQUEST_TIMEOUT_S``) and is retried, and 50 hanging topics at concurrency
@@ -67,9 +74,9 @@ class SenderPool:
         size: int,
         most: int,
         stuck_s: float,
-        slow_hold_s: float,
         timeout_s: float,
-        starved_s: float = 0.1,
+        period_s: float = 0.1,
+        slow_hold_s: float = 2.0,
     ) -> None:
         self._sends = sends
         self._push = push
@@ -77,7 +84,9 @@ class SenderPool:
         self.most = max(most, size)
         self.stuck_s = stuck_s
         self.slow_hold_s = slow_hold_s
-        self.starved_s = min(starved_s, stuck_s)
+        self.period_s = period_s
+        self.stalled = 0.0  # seconds the loop stood still between scans, in all
+        self._scanned_at = 0.0
         self.timeout_s = timeout_s
         # Per slot (a sender's index, reused once it has ended): when its push started
         # (monotonic, 0 when idle), the push's group, whether the sender is detached.
@@ -141,28 +150,23 @@ class SenderPool:
         self._spawn()
         return True
 
-    def scan(self, mono: float, *, starved: bool = False) -> int:
+    def scan(self, mono: float) -> int:
         """Detach every push that has run past ``stuck_s`` and mark its topic slow; returns
-        how many such pushes still count against the limit (the pool at ``most``).
-
-        ``starved``: jobs wait for a sender while the limit is not held down for CPU; then
-        pushes past ``starved_s`` detach too (without marking their topic), so that fresh
-        requests to endpoints that have just begun to hang hold the senders for a tick
-        rather than for ``stuck_s``."""
+        how many such pushes still count against the limit (the pool at ``most``)."""
+        if self._scanned_at:
+            self.stalled += max(0.0, mono - self._scanned_at - 1.5 * self.period_s)
+        self._scanned_at = mono
         started, detached, groups = self._started, self._detached, self._groups
-        since = mono - self.stuck_s
-        early = mono - self.starved_s if starved else since
+        since = mono - self.stalled - self.stuck_s  # started (net of stalls) before this
         stuck = 0
         for slot in range(len(started)):  # (a detach may add slots: they are idle)
             t = started[slot]
-            if not t or t >= early:
-                continue
-            if t < since:
+            if t and t < since:
                 group = groups[slot]
                 if group is not None:
                     group.topic.slow_at = mono
-            if not detached[slot] and not self._detach(slot) and t < since:
-                stuck += 1
+                if not detached[slot] and not self._detach(slot):
+                    stuck += 1
         return stuck
 
     def _slow_ended(self, topic: TopicState, started: float) -> None:
@@ -180,7 +184,8 @@ class SenderPool:
         try:
             while not detached[slot]:
                 group, item = await sends.get()
-                started[slot] = now = time.monotonic()
+                now = time.monotonic()
+                started[slot] = now - self.stalled
                 groups[slot] = group
                 topic = group.topic
                 if now - topic.slow_at < hold:

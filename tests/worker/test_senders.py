@@ -61,9 +61,7 @@ async def settle() -> None:
 async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_jobs() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
     pushes = Pushes()
-    pool = SenderPool(
-        sends, pushes.push, size=4, most=100, stuck_s=0.5, slow_hold_s=10, timeout_s=10
-    )
+    pool = SenderPool(sends, pushes.push, size=4, most=100, stuck_s=0.5, timeout_s=10)
     run = asyncio.create_task(pool.run())
     hang = group("hang")
     send(sends, hang, 4)
@@ -89,7 +87,7 @@ async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_j
 async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(2)
     pushes = Pushes()
-    pool = SenderPool(sends, pushes.push, size=2, most=5, stuck_s=0.5, slow_hold_s=10, timeout_s=10)
+    pool = SenderPool(sends, pushes.push, size=2, most=5, stuck_s=0.5, timeout_s=10)
     run = asyncio.create_task(pool.run())
     slow = group("slow")
     slow.topic.slow_at = time.monotonic()
@@ -110,9 +108,7 @@ async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most
 async def test_timeouts_halve_an_endpoint_and_answers_in_time_give_slots_back() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(8)
     pushes = Pushes()
-    pool = SenderPool(
-        sends, pushes.push, size=8, most=100, stuck_s=0.5, slow_hold_s=10, timeout_s=0.05
-    )
+    pool = SenderPool(sends, pushes.push, size=8, most=100, stuck_s=0.5, timeout_s=0.05)
     run = asyncio.create_task(pool.run())
     hang = group("hang", concurrency=8)
     hang.topic.slow_at = time.monotonic()  # detached as taken
@@ -139,7 +135,7 @@ async def test_a_sender_that_dies_fails_the_pool() -> None:
     async def boom(group: GroupState, item: Buffered) -> None:
         raise RuntimeError("boom")
 
-    pool = SenderPool(sends, boom, size=2, most=10, stuck_s=0.5, slow_hold_s=10, timeout_s=10)
+    pool = SenderPool(sends, boom, size=2, most=10, stuck_s=0.5, timeout_s=10)
     run = asyncio.create_task(pool.run())
     g = group("g")
     send(sends, g, 1)
@@ -192,3 +188,26 @@ def test_the_worker_raises_its_open_file_limit_to_the_hard_limit_and_says_when_i
     short = run(1024, 10_000)
     assert short[-1] == "1024 1024"
     assert short[0].startswith("WARNING open-file limit 1024 is under EMQ_WORKER_MAX_IN_FLIGHT")
+
+
+async def test_time_the_loop_stood_still_does_not_make_pushes_stuck() -> None:
+    sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
+    pushes = Pushes()
+    pool = SenderPool(sends, pushes.push, size=4, most=100, stuck_s=0.5, timeout_s=10)
+    run = asyncio.create_task(pool.run())
+    g = group("g")
+    now = time.monotonic()
+    pool.scan(now)
+    send(sends, g, 2)
+    await settle()
+    # The next scan comes a second late (the loop stood still): the pushes are not stuck...
+    assert pool.scan(now + 1.0) == 0 and pool.detached == 0 and pool.stalled > 0.8
+    assert time.monotonic() - g.topic.slow_at > 100
+    # ...until they have run past stuck_s besides the stall.
+    for tenth in range(1, 7):  # scans at their period from then on
+        pool.scan(now + 1.0 + tenth / 10)
+    assert pool.detached == 2
+    pushes.release_all()
+    await settle()
+    run.cancel()
+    await asyncio.gather(run, return_exceptions=True)
