@@ -289,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--duration-s", type=float, default=10.0, help="seconds per run")
     bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "all"],
+        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "all"],
         default="all",
         help="dispatch: which worker workload (default: all)",
     )

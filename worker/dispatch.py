@@ -34,6 +34,11 @@ Send = Callable[[GroupState, Buffered], None]
 T = TypeVar("T")
 
 IDLE_WAIT_S = 0.1  # with nothing to dispatch, the loop still runs this often
+# A group whose endpoint is full of pushes that run long (its topic seen slow this recently,
+# see worker.senders) is looked at this often instead of every tick: its pushes take half a
+# second or more, and 100 such groups looked at every tick cost 5% of a core for nothing.
+SLOW_FULL_WAIT_S = 0.05
+SLOW_SEEN_S = 1.0
 
 
 class Dispatcher:
@@ -89,10 +94,12 @@ class Dispatcher:
         if granted > taken:
             group.counter.rollback(granted - taken, wall)
         if group.buffered():
-            self.wake(group, mono + self._delay(group, want, granted, wall))
+            self.wake(group, mono + self._delay(group, want, granted, wall, mono))
         return taken
 
-    def _delay(self, group: GroupState, want: int, granted: int, wall: float) -> float:
+    def _delay(self, group: GroupState, want: int, granted: int, wall: float, mono: float) -> float:
+        if want == 0 and mono - group.topic.slow_at < SLOW_SEEN_S:
+            return SLOW_FULL_WAIT_S  # endpoint full, and its pushes run long
         if want == 0 or granted == want:
             return self._tick_s  # endpoint full, senders full, or all sent: look again next tick
         # Quota-limited: come back when the next token has accrued.
@@ -127,8 +134,9 @@ class Handoff(Generic[T]):
     receiver), so the dispatcher calls :meth:`catch_up` every tick: whatever still waits then
     gets a sender each at once.
 
-    ``limit`` caps how many senders hold a job (between :meth:`get` and :meth:`done`); the
-    :class:`SendGovernor` moves it. Senders over the limit wait like idle ones.
+    ``limit`` caps how many senders hold a job (between :meth:`get` and :meth:`done`, or
+    :meth:`release` for a push left to a slow endpoint); the :class:`SendGovernor` moves it.
+    Senders over the limit wait like idle ones.
     """
 
     __slots__ = ("_holding", "_idle", "_items", "_woken", "limit")
@@ -160,6 +168,12 @@ class Handoff(Generic[T]):
 
     def leave(self) -> None:
         """A sender stops taking jobs (cancelled): hand its slot to an idle one."""
+        self._kick()
+
+    def release(self) -> None:
+        """The job a sender holds stops counting against the limit (instead of :meth:`done`):
+        its push waits on a slow endpoint, and the slot goes to the next job at once."""
+        self._holding -= 1
         self._kick()
 
     def set_limit(self, limit: int) -> None:
@@ -216,7 +230,9 @@ class SendGovernor:
     loop thread's CPU share is read: at ``busy`` or more the limit shrinks by a quarter (not
     under ``floor``); under ``idle`` while jobs wait for a sender it grows by a quarter (not
     over ``senders``). Slow endpoints keep the loop idle, so they get every sender; pushes that
-    have run for ``stuck_s`` (a hanging endpoint) do not count against the limit.
+    have run for ``stuck_s`` (a hanging endpoint) do not count against the limit: the sender
+    pool (:mod:`worker.senders`) detaches them, and reports as ``stuck`` only those it could
+    not detach (at its cap).
     """
 
     def __init__(

@@ -7,6 +7,7 @@ it releases it or is fenced. Its three buffers hold fetched jobs in offset order
 
 from __future__ import annotations
 
+import math
 import time
 from bisect import bisect_left
 from collections import deque
@@ -132,13 +133,24 @@ class TopicStats:
 class TopicState:
     """One owned topic: its configuration, its endpoint's in-flight count, its stats."""
 
-    __slots__ = ("endpoint", "groups", "in_flight", "metrics_version", "stats", "topic")
+    __slots__ = (
+        "cut",
+        "endpoint",
+        "groups",
+        "in_flight",
+        "metrics_version",
+        "slow_at",
+        "stats",
+        "topic",
+    )
 
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
         self.in_flight = 0
+        self.slow_at = -math.inf  # monotonic: a push of it last seen running long (senders.py)
+        self.cut = 0  # endpoint slots withheld after pushes that timed out (senders.py)
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
 
@@ -148,7 +160,8 @@ class TopicState:
 
     def room(self) -> int:
         """How many more requests this topic's endpoint may have in flight."""
-        return self.topic.endpoint_concurrency - self.in_flight
+        # (at least one slot: a cut made under a larger endpoint_concurrency must not stop it)
+        return max(1, self.topic.endpoint_concurrency - self.cut) - self.in_flight
 
 
 Buffers = tuple[deque[Buffered], deque[Buffered], deque[Buffered]]

@@ -7,6 +7,7 @@ import errno
 import gc
 import logging
 import os
+import resource
 import signal
 import socket
 
@@ -47,6 +48,37 @@ def tune_gc() -> None:
     gc.collect()
     gc.freeze()
     gc.set_threshold(*GC_THRESHOLDS)
+
+
+FD_HEADROOM = 1024  # descriptors beyond the pushes: Redis, ZooKeeper, metrics, DNS, logs
+
+
+def raise_fd_limit(max_in_flight: int) -> int:
+    """Raise this process's open-file limit to its hard limit; the soft limit now in force.
+
+    Every push in flight holds a socket, and a worker lets thousands wait on slow or hanging
+    endpoints (``EMQ_WORKER_MAX_IN_FLIGHT``); the usual soft limit of 1024 would turn the
+    1025th into ``EMFILE`` for every topic (and for Redis reconnects). The hard limit is the
+    operator's to set (``LimitNOFILE=`` in the systemd unit, ``ulimit -Hn``): under what the
+    pushes need, say so once at start.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    target = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < target:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+            soft = target
+        except (ValueError, OSError) as e:  # e.g. over fs.nr_open
+            log.warning("open-file limit left at %d (raising it to %d failed: %s)", soft, target, e)
+    if soft != resource.RLIM_INFINITY and soft < max_in_flight + FD_HEADROOM:
+        log.warning(
+            "open-file limit %d is under EMQ_WORKER_MAX_IN_FLIGHT (%d) + %d: pushes past it fail "
+            "with 'too many open files'; raise the hard limit (LimitNOFILE=)",
+            soft,
+            max_in_flight,
+            FD_HEADROOM,
+        )
+    return soft
 
 
 async def _serve_metrics(
@@ -116,6 +148,7 @@ async def run_worker(
 ) -> None:
     """Run one worker (the caller owns and closes the backends)."""
     stop = stop or asyncio.Event()
+    raise_fd_limit(settings.max_in_flight)
     tune_gc()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):

@@ -40,6 +40,11 @@ class WorkerMetrics:
         self.send_limit = Gauge(
             "emq_worker_send_limit", "Pushes allowed at once (fewer when CPU-bound)", registry=r
         )
+        self.slow_pushes = Gauge(
+            "emq_worker_slow_pushes",
+            "Pushes waiting on slow or hanging endpoints, off the send limit",
+            registry=r,
+        )
         self.fetches = Counter(
             "emq_worker_fetch_round_trips_total", "Fetch round trips", registry=r
         )

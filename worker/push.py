@@ -3,8 +3,8 @@
 One ``ClientSession`` per process (connection reuse, one DNS cache), no cookie jar, no default
 headers, redirects never followed, a connect timeout and a total timeout, and at most
 ``max_response_bytes`` of a response read (a receiver cannot make us buffer a huge body).
-Concurrency is bounded by the caller: the worker runs a fixed pool of sender tasks and caps each
-topic's in-flight requests before handing them here.
+Concurrency is bounded by the caller: the worker's sender pool (``worker/senders.py``) and each
+topic's endpoint concurrency, with ``EMQ_WORKER_MAX_IN_FLIGHT`` over all.
 
 What a push can end in: a :class:`PushResult` (an answer, a timeout or a transport failure: the
 caller retries), or a non-retryable :class:`~emq.errors.DeliveryError`: ``DestinationRefused``
@@ -70,8 +70,14 @@ class PushExecutor(Pusher):
         self._session = aiohttp.ClientSession(
             connector=connector,
             cookie_jar=aiohttp.DummyCookieJar(),
+            # A host that never answers the SYN (or a resolver that never answers) ends at the
+            # connect timeout: ``connect`` covers resolving and connecting, ``sock_connect`` the
+            # TCP (and TLS) handshake of each address tried; an endpoint that accepts and never
+            # answers ends at ``total``. Either way the sender pool detaches the push once it
+            # runs long, and a timeout halves the endpoint's slots (worker/senders.py).
             timeout=aiohttp.ClientTimeout(
                 total=self._settings.request_timeout_s,
+                connect=self._settings.connect_timeout_s,
                 sock_connect=self._settings.connect_timeout_s,
             ),
             skip_auto_headers=("User-Agent",),

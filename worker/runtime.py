@@ -8,8 +8,9 @@ States of a group on this worker::
                  (skipped)               DROPPED (buffers forgotten, nothing written)
 
 Tasks: topic watch, assignment follower, fetcher (+ ready-signal listener, due-job promoter,
-sweeper), dispatcher, a fixed pool of senders, the outcome writer, the checkpointer, the history
-recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
+sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted against the
+send limit, more while pushes wait on slow endpoints), the outcome writer, the checkpointer, the
+history recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
 drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
 pending retries and the final checkpoint (shielded), release every group.
 """
@@ -45,6 +46,7 @@ from worker.history import HistoryRecorder
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
+from worker.senders import SenderPool
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
 
@@ -97,7 +99,16 @@ class Worker:
         )
         self._sends: Handoff[tuple[GroupState, Buffered]] = Handoff(settings.senders)
         self.governor = SendGovernor(settings.senders, settings.senders_min)
-        self._push_started = [0.0] * settings.senders  # per sender: monotonic, 0 when idle
+        self.senders = SenderPool(
+            self._sends,
+            self._push,
+            self._push_raised,
+            size=settings.senders,
+            most=settings.max_in_flight,
+            stuck_s=self.governor.stuck_s,
+            timeout_s=settings.request_timeout_s,
+            period_s=self.governor.period_s,
+        )
         self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
         self._topics_ready = asyncio.Event()
@@ -121,8 +132,7 @@ class Worker:
         self._start("promote", self.fetcher.promote())
         self._start("sweep", self.fetcher.sweep())
         self._start("dispatch", self._dispatch_loop())
-        for i in range(self.settings.senders):
-            self._start(f"sender-{i}", self._sender(i))
+        self._start("senders", self.senders.run())
         self._start("outcomes", self.outcomes.run())
         self._start("checkpoint", self._checkpoint_loop())
         self._start("history", self.recorder.run(self.topics))
@@ -177,7 +187,7 @@ class Worker:
             g.drop_buffers()
         while (self._sends.qsize() or self._in_flight()) and time.monotonic() < deadline:
             await asyncio.sleep(0.02)
-        await self._cancel(*[n for n in self._tasks if n.startswith("sender-")])
+        await self._cancel("senders")
         await asyncio.shield(self._final_writes())
         await self._cancel(*list(self._tasks))
 
@@ -394,7 +404,8 @@ class Worker:
         """Let the governor move the number of pushes at once (see SendGovernor)."""
         gov = self.governor
         self._govern_at = mono + gov.period_s
-        stuck = sum(1 for t in self._push_started if t and mono - t > gov.stuck_s)
+        stuck = self.senders.scan(mono)
+        self.metrics.slow_pushes.set(self.senders.detached)
         limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
         if limit is not None and limit != self._sends.limit:
             self._sends.set_limit(limit)
@@ -418,24 +429,6 @@ class Worker:
                 return False
             await asyncio.sleep(self.settings.tick_s)
         return not group.dropped
-
-    async def _sender(self, i: int) -> None:
-        sends, started = self._sends, self._push_started
-        try:
-            while True:
-                group, item = await sends.get()
-                started[i] = time.monotonic()
-                try:
-                    await self._push(group, item)
-                except Exception as e:  # a job must never end a sender (a try costs nothing)
-                    self._push_raised(group, item, e)
-                finally:
-                    started[i] = 0.0
-                    sends.done()
-                    group.topic.in_flight -= 1
-                    group.in_flight -= 1
-        finally:
-            sends.leave()
 
     async def _push(self, group: GroupState, item: Buffered) -> None:
         if not self.assignment.may_dispatch() and not await self._cleared(group):

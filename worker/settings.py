@@ -17,8 +17,9 @@ class WorkerSettings:
     # "auto": the first free port of METRICS_AUTO_PORTS (advertised in the fleet's running node);
     # a number: that port, a one-line error if taken; "0": no metrics server.
     metrics_port: str = METRICS_AUTO
-    senders: int = 256  # fixed pool of HTTP sender tasks
+    senders: int = 256  # HTTP sender tasks counted against the send limit
     senders_min: int = 64  # pushes at once when the worker's CPU is the limit (= senders: fixed)
+    max_in_flight: int = 10_000  # pushes at once, slow ones included (sockets, memory)
     connect_timeout_s: float = 5.0
     request_timeout_s: float = 10.0
     max_response_bytes: int = 64 * 1024
@@ -37,6 +38,11 @@ class WorkerSettings:
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"EMQ_WORKER_{name.upper()} must be at least 1, got {value}")
+        if self.max_in_flight < self.senders:
+            raise ConfigError(
+                f"EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS ({self.senders}),"
+                f" got {self.max_in_flight}"
+            )
 
     def metrics_ports(self) -> range:
         """The ports to try for the metrics server, in order (empty: no server)."""

@@ -25,6 +25,12 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
 * **W6** hanging endpoints: 100 topics x 50 QPS (endpoint concurrency 4, request timeout 2 s), 10
   of them pointing at ``/hang/``; the 90 healthy topics' delivered/s against their quota and
   against the same run without hangs.
+* **W6b** hanging and slow endpoints by the dozen: 50 topics pointing at ``/hang/`` and 50 at an
+  endpoint answering after 5 s (50 QPS each, endpoint concurrency 32, so 3200 requests waiting
+  at once against 256 senders) beside 4 healthy topics of 150 QPS, one worker with its default
+  settings (request timeout 10 s); from 4 s after the first delivery (the worker opens 3200
+  connections at start) over at least 12 s (the first timeouts and their retries inside), the
+  healthy topics' delivered/s against their quota.
 
 This machine class is shared and noisy: every result carries ``contention``, the CPU that other
 processes took meanwhile, and the CPU figures are the worker's own (``/proc``), not wall time.
@@ -43,7 +49,7 @@ import uvloop
 
 from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
-from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6
+from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b
 from emq.errors import EmqError
 
 SUMMARY_EXTRA = {
@@ -58,6 +64,7 @@ SUMMARY_EXTRA = {
     "W4": ("worker_rss_mib", "idle_redis_ops_per_s", "active_cpu_pct_of_core"),
     "W5": ("p50_ms", "samples"),
     "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
+    "W6b": ("healthy_second_ratio_min", "slow_per_s", "worker_status.senders_most"),
 }
 RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W2": w2,
@@ -66,6 +73,7 @@ RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W4": w4,
     "W5": w5,
     "W6": w6,
+    "W6b": w6b,
 }
 
 
@@ -76,7 +84,7 @@ def plan(workload: str, noop: bool) -> list[str]:
             raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
         return ["W2-noop"]
     if workload == "all":
-        return ["W2", "W2-noop", "W3", "W4", "W5", "W6"]
+        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b"]
     if workload not in WORKLOADS:
         raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
     return [workload]

@@ -10,6 +10,8 @@ then measure the sender, not the sink. Paths:
 * ``/t/<topic>``: counted per topic per wall-clock second (arrival time). A request carrying
   ``X-Bench-Sent`` (epoch seconds, set when the job was enqueued) also records its latency.
 * ``/hang/<anything>``: never answered; the connection stays open until the client gives up.
+* ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
+  wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
 * ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
 
 Chunked request bodies are not supported (neither the worker nor the benchmark client sends
@@ -28,6 +30,8 @@ from collections import defaultdict
 from typing import Any
 
 import uvloop
+
+from worker.main import raise_fd_limit
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 _HEAD_END = b"\r\n\r\n"
@@ -50,6 +54,7 @@ class Stats:
         self.first_at = 0.0  # arrival of the first and the last counted request
         self.last_at = 0.0
         self.hung = 0
+        self.slow = 0  # slow requests answered
         self.other = 0
 
     def to_dict(self) -> dict[str, Any]:
@@ -60,6 +65,7 @@ class Stats:
             "first_at": self.first_at,
             "last_at": self.last_at,
             "hung": self.hung,
+            "slow": self.slow,
             "other": self.other,
             "per_second": {
                 topic: {str(s): n for s, n in seconds.items()}
@@ -128,6 +134,9 @@ class SinkProtocol(asyncio.Protocol):
             if sent is not None:
                 stats.latencies[topic].append(now - float(sent))
             transport.write(_OK)
+        elif path.startswith(b"/slow/"):
+            ms, _, topic = path[6:].split(b"?", 1)[0].partition(b"/")
+            asyncio.get_running_loop().call_later(int(ms) / 1000, self._slow, topic.decode())
         elif path.startswith(b"/hang/"):
             stats.hung += 1
             self._hung = True
@@ -141,6 +150,14 @@ class SinkProtocol(asyncio.Protocol):
             stats.other += 1
             transport.write(_OK)
         return True
+
+    def _slow(self, topic: str) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # the client gave up first
+        stats = self._stats
+        stats.slow += 1
+        stats.per_second[topic][int(time.time())] += 1
+        self._transport.write(_OK)
 
     def _json(self, value: Any) -> None:
         body = json.dumps(value, separators=(",", ":")).encode()
@@ -193,6 +210,7 @@ def main() -> None:
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback)")
     p.add_argument("--port", type=int, required=True)
     a = p.parse_args()
+    raise_fd_limit(0)  # W6b holds thousands of connections open
     uvloop.run(serve(a.host, a.port))
 
 

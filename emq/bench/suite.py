@@ -4,7 +4,7 @@ The parts, each run as ``emq bench <name>`` runs it (its own servers on free loo
 stopped afterwards) and each result carrying the machine's description:
 
 * ``enqueue`` — the API's intake: jobs/s in batches of 1000, requests/s of single jobs;
-* ``dispatch`` — the worker, workloads W2-W6 and W2 ``--noop`` (:mod:`emq.bench.dispatch`);
+* ``dispatch`` — the worker, workloads W2-W6, W6b and W2 ``--noop`` (:mod:`emq.bench.dispatch`);
 * ``fleet`` — the assignment's maths at 20 000 groups over 1 000 workers
   (``emq fleet simulate``, no ZooKeeper: the figures are the algorithm's);
 * ``plan`` — the Spark jobs over ``--rows`` rows of synthetic history (``spark/bench.py``).
@@ -161,6 +161,7 @@ _DISPATCH_EXTRA = {
     "W4": ("idle_redis_ops_per_s", "active_cpu_pct_of_core"),
     "W5": ("p50_ms",),
     "W6": ("healthy_per_s",),
+    "W6b": ("healthy_per_s", "slow_per_s"),
 }
 
 

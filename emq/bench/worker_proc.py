@@ -20,6 +20,7 @@ Control by signal, so that an idle worker spends nothing on being observed:
 from __future__ import annotations
 
 import asyncio
+import gc
 import ipaddress
 import json
 import logging
@@ -39,7 +40,7 @@ from adapters.redis_queue import connect
 from emq.interfaces import Pusher, PushRequest, PushResult
 from emq.model import Namespace, Tenant, Topic, TopicRef
 from emq.naming import RedisKeys
-from worker.main import tune_gc
+from worker.main import raise_fd_limit, tune_gc
 from worker.push import PushExecutor
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
@@ -47,6 +48,18 @@ from worker.ssrf import AddressPolicy
 from worker.standalone import StandaloneAssignment
 
 log = logging.getLogger(__name__)
+
+GC_TIME = [0.0, 0.0]  # seconds spent collecting, start of the current collection
+
+
+def _time_gc(phase: str, info: dict[str, Any]) -> None:
+    if phase == "start":
+        GC_TIME[1] = time.perf_counter()
+    else:
+        GC_TIME[0] += time.perf_counter() - GC_TIME[1]
+
+
+gc.callbacks.append(_time_gc)
 
 NAMESPACE = Namespace.ONLINE
 ALLOW = (ipaddress.ip_network("127.0.0.0/8"),)
@@ -116,6 +129,12 @@ class Control:
             "fetch_round_trips": w.fetcher.reads,
             "send_limit": w.governor.limit,
             "send_limit_lowest": w.governor.lowest,
+            "senders": len(w.senders),
+            "senders_most": w.senders.most_tasks,
+            "detached": w.senders.detached,
+            "loop_lag_s": round(w.metrics.loop_lag._value.get(), 4),  # the last 0.1 s sample
+            "gc_collections": [g["collections"] for g in gc.get_stats()],
+            "gc_s": round(GC_TIME[0], 3),
         }
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))
@@ -173,7 +192,8 @@ async def _run_worker(
         tasks.add(task)
         task.add_done_callback(tasks.discard)
 
-    tune_gc()  # as ``emq worker`` does
+    raise_fd_limit(settings.max_in_flight)  # as ``emq worker`` does
+    tune_gc()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     loop.add_signal_handler(signal.SIGUSR1, load)
