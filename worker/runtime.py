@@ -33,7 +33,7 @@ from emq.interfaces import (
     PushRequest,
     QueueBackend,
 )
-from emq.model import GroupRef, Namespace, Topic, TopicRef
+from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
@@ -49,7 +49,6 @@ MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at leas
 
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
-TRIM_EVERY = 10  # checkpoints
 
 
 class Worker:
@@ -90,7 +89,11 @@ class Worker:
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self._checkpoints = 0
+        # Queues whose committed offset moved (and was written) since their last trim, with the
+        # group that moved them; trimmed every trim_interval_s, so a queue that went quiet
+        # loses its delivered entries as surely as a busy one.
+        self._to_trim: dict[QueueRef, GroupState] = {}
+        self._moved: dict[QueueRef, GroupState] = {}  # moved, checkpoint not yet written
         self.owned_generation = -1
 
     # ------------------------------------------------------------------ lifecycle
@@ -110,6 +113,8 @@ class Worker:
             self._start(f"sender-{i}", self._sender(i))
         self._start("outcomes", self.outcomes.run())
         self._start("checkpoint", self._checkpoint_loop())
+        if self.settings.retain_entries >= 0:
+            self._start("trim", self._trim_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -170,6 +175,7 @@ class Worker:
         try:
             await self.outcomes.flush()
             await self.checkpoint()
+            await self.trim()
             await self.recorder.flush(self.topics)
         except BackendUnavailable as e:
             log.warning(
@@ -274,8 +280,9 @@ class Worker:
         await self.outcomes.flush()
         try:
             await self._write_checkpoints([group])
+            await self.trim(group)
         except BackendUnavailable as e:
-            log.warning("final checkpoint of %s not written (%s)", group.ref, e)
+            log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
         self._forget(group)
         await self.assignment.release(group.ref, group.epoch)
         log.info("released %s (epoch %d)", group.ref, group.epoch)
@@ -423,7 +430,8 @@ class Worker:
         items = []
         for g in groups:
             for q, p in g.progress.items():
-                p.committable()
+                if p.committable() is not None:
+                    self._moved[q] = g
                 items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
         if not items:
             return
@@ -433,10 +441,46 @@ class Worker:
             self._dirty.update(groups)
             raise
         self._drop_fenced(fenced, "fenced at checkpoint")
-        self._checkpoints += 1
-        if self.settings.retain_entries >= 0 and self._checkpoints % TRIM_EVERY == 0:
-            trims = [(q, e, self.settings.retain_entries) for q, _, e in items]
-            self._drop_fenced(await self.queues.trim_many(trims), "fenced at trim")
+        for q, _, _ in items:
+            g = self._moved.pop(q, None)
+            if g is not None and not g.dropped:
+                self._to_trim[q] = g
+
+    # ------------------------------------------------------------------ trimming
+
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.trim_interval_s)
+            try:
+                await self.trim()
+            except BackendUnavailable as e:
+                log.warning("trim failed (%s); will retry", e)
+
+    async def trim(self, group: GroupState | None = None) -> None:
+        """Remove the delivered entries (at or below the written checkpoint, but the newest
+        ``retain_entries``) of every queue that moved since its last trim, or only of
+        ``group``'s; one round trip, fenced by the owner epoch."""
+        if self.settings.retain_entries < 0:
+            return
+        queues = [(q, g) for q, g in self._to_trim.items() if group is None or g is group]
+        for q, _ in queues:
+            del self._to_trim[q]
+        # A group let go since (released, fenced, or owned again under a new epoch) is skipped:
+        # its next owner trims it, and a fenced answer must not drop our newer ownership.
+        live = [(q, g) for q, g in queues if not g.dropped and self._owns(g)]
+        if not live:
+            return
+        retain = self.settings.retain_entries
+        try:
+            fenced = await self.queues.trim_many([(q, g.epoch, retain) for q, g in live])
+        except BackendUnavailable:
+            for q, g in live:
+                self._to_trim.setdefault(q, g)
+            raise
+        self._drop_fenced(fenced, "fenced at trim")
+
+    def _owns(self, group: GroupState) -> bool:
+        return self.groups.get(str(group.ref)) is group
 
     def _drop_fenced(self, refs: set[GroupRef], reason: str) -> None:
         for ref in refs:

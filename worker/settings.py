@@ -22,7 +22,8 @@ class WorkerSettings:
     checkpoint_interval_s: float = 1.0
     history_interval_s: float = 10.0
     sweep_interval_s: float = 30.0  # safety net: re-read every owned queue this often
-    retain_entries: int = 0  # entries kept below a checkpoint for replay
+    retain_entries: int = 0  # entries kept below a checkpoint for replay (-1: never trim)
+    trim_interval_s: float = 5.0  # delivered entries are removed this often (see README)
     shutdown_grace_s: float = 10.0
     aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
 
@@ -31,3 +32,12 @@ class WorkerSettings:
             value = getattr(self, name)
             if value < 1:
                 raise ConfigError(f"EMQ_WORKER_{name.upper()} must be at least 1, got {value}")
+        if self.retain_entries < -1:
+            raise ConfigError(
+                "EMQ_WORKER_RETAIN_ENTRIES must be -1 (never trim) or more, "
+                f"got {self.retain_entries}"
+            )
+        if self.trim_interval_s <= 0:
+            raise ConfigError(
+                f"EMQ_WORKER_TRIM_INTERVAL_S must be greater than 0, got {self.trim_interval_s}"
+            )
