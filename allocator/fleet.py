@@ -52,7 +52,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState  # type: ignore[import-untyped]
@@ -566,12 +566,13 @@ async def join(
     config: ConfigStore,
     settings: FleetSettings,
     session_timeout_s: float,
+    new_client: Callable[..., KazooClient] = KazooClient,
 ) -> FleetAssignment:
     """A member on a new ZooKeeper session of its own (``BackendUnavailable`` if unreachable).
 
     Call :meth:`FleetAssignment.run` to take part, :meth:`FleetAssignment.aclose` to leave.
     """
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    client = new_client(hosts=hosts, timeout=session_timeout_s)  # auth and ACLs: see emq.compose
     fleet = FleetAssignment(
         client,
         ZkPaths(root),
