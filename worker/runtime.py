@@ -269,6 +269,7 @@ class Worker:
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
+        self._trim_later(group)
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
@@ -461,6 +462,7 @@ class Worker:
         ``retain_entries``) of every queue that moved since its last trim, or only of
         ``group``'s; one round trip, fenced by the owner epoch."""
         if self.settings.retain_entries < 0:
+            self._to_trim.clear()
             return
         queues = [(q, g) for q, g in self._to_trim.items() if group is None or g is group]
         for q, _ in queues:
@@ -478,6 +480,12 @@ class Worker:
                 self._to_trim.setdefault(q, g)
             raise
         self._drop_fenced(fenced, "fenced at trim")
+
+    def _trim_later(self, group: GroupState) -> None:
+        """Trim a newly claimed group at the next trim: a previous owner killed between its
+        checkpoint and its trim left delivered entries that no later move may ever come for."""
+        for q in group.ref.queues():
+            self._to_trim[q] = group
 
     def _owns(self, group: GroupState) -> bool:
         return self.groups.get(str(group.ref)) is group

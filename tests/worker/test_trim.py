@@ -60,6 +60,27 @@ async def test_a_quiet_topic_loses_its_delivered_entries_within_the_bound(
     await wait_until_empty(redis_client, names, BOUND_S)  # no traffic since: the timer trims
 
 
+async def test_the_next_owner_trims_what_a_killed_worker_left(
+    stack: Stack, sink: Sink, worker_process: Any, redis_client: aioredis.Redis
+) -> None:
+    ref = await stack.topic("left", 100)  # one group
+    keys = RedisKeys(stack.settings.redis_key_prefix)
+    queue = GroupRef(ref, 0).queue(Priority.MEDIUM)
+    await stack.enqueue("left", jobs(sink, "left", 50))
+    last = (await redis_client.xrevrange(keys.stream(queue), count=1))[0][0]
+    first = worker_process("w1", EMQ_WORKER_TRIM_INTERVAL_S="600")
+    assert await sink.wait_for(lambda: len(sink.of("left")) == 50, 15), first.log()
+    deadline = time.monotonic() + 10  # the checkpoint follows within its 1 s interval
+    while await redis_client.hget(keys.checkpoint(queue), "o") != last:
+        assert time.monotonic() < deadline, first.log()
+        await asyncio.sleep(0.05)
+    first.kill()  # checkpointed, never trimmed
+    assert await redis_client.xlen(keys.stream(queue)) == 50
+    second = worker_process("w2", **TRIM_ENV)
+    await wait_until_empty(redis_client, [keys.stream(queue)], 5 + BOUND_S)
+    assert len(sink.of("left")) == 50, second.log()  # nothing was delivered again
+
+
 async def test_a_busy_topic_keeps_only_what_is_not_yet_delivered(
     stack: Stack, sink: Sink, worker_process: Any, redis_client: aioredis.Redis
 ) -> None:
