@@ -203,6 +203,9 @@ class Demo:
             "EMQ_WORKER_HISTORY_INTERVAL_S": "5",
             "EMQ_API_HISTORY_INTERVAL_S": "5",
             "EMQ_LOG_LEVEL": "INFO",
+            # the credentials, when set, so the demo's processes make and read secured nodes
+            "EMQ_ZK_AUTH": self.settings.zk_auth,
+            "EMQ_ZK_PREVIOUS_AUTH": self.settings.zk_previous_auth,
         }
 
     async def run(self, stop: asyncio.Event, view: Any) -> dict[str, Any]:
