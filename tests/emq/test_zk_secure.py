@@ -210,3 +210,13 @@ def test_settings_check_the_credential() -> None:
     with pytest.raises(ValueError, match="EMQ_ZK_PREVIOUS_AUTH is set without EMQ_ZK_AUTH"):
         Settings(zk_previous_auth=AUTH)
     assert AUTH not in repr(Settings(zk_auth=AUTH))
+
+
+def test_config_show_masks_the_credentials(zk_hosts: str) -> None:
+    done = emq(
+        zk_hosts, "config", "show", "--json", EMQ_ZK_AUTH=AUTH, EMQ_ZK_PREVIOUS_AUTH=NEW_AUTH
+    )
+    assert done.returncode == 0, done.stderr
+    shown = json.loads(done.stdout)
+    assert shown["zk_auth"] == shown["zk_previous_auth"] == "***"
+    assert "s3cret" not in done.stdout and "an0ther" not in done.stdout
