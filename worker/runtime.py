@@ -8,10 +8,11 @@ States of a group on this worker::
                  (skipped)               DROPPED (buffers forgotten, nothing written)
 
 Tasks: topic watch, assignment follower, fetcher (+ ready-signal listener, due-job promoter,
-sweeper), dispatcher, a fixed pool of senders, the outcome writer, the checkpointer, the history
+sweeper), dispatcher, a fixed pool of senders, the outcome writer, the checkpointer, the trimmer
+(removes delivered entries of every queue that moved, see :meth:`Worker.trim`), the history
 recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
 drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
-pending retries and the final checkpoint (shielded), release every group.
+pending retries, the final checkpoint and trim (shielded), release every group.
 """
 
 from __future__ import annotations
@@ -464,9 +465,11 @@ class Worker:
         if self.settings.retain_entries < 0:
             self._to_trim.clear()
             return
-        queues = [(q, g) for q, g in self._to_trim.items() if group is None or g is group]
-        for q, _ in queues:
-            del self._to_trim[q]
+        if group is None:
+            queues, self._to_trim = list(self._to_trim.items()), {}
+        else:  # a release: only its three queues (thousands may be released in a row)
+            mine = [q for q in group.ref.queues() if self._to_trim.get(q) is group]
+            queues = [(q, self._to_trim.pop(q)) for q in mine]
         # A group let go since (released, fenced, or owned again under a new epoch) is skipped:
         # its next owner trims it, and a fenced answer must not drop our newer ownership.
         live = [(q, g) for q, g in queues if not g.dropped and self._owns(g)]

@@ -60,6 +60,18 @@ async def test_a_quiet_topic_loses_its_delivered_entries_within_the_bound(
     await wait_until_empty(redis_client, names, BOUND_S)  # no traffic since: the timer trims
 
 
+async def test_a_worker_trims_what_it_delivered_when_it_stops(
+    stack: Stack, sink: Sink, worker_process: Any, redis_client: aioredis.Redis
+) -> None:
+    ref = await stack.topic("stop", 100)
+    names = streams(RedisKeys(stack.settings.redis_key_prefix), ref, 1)
+    await stack.enqueue("stop", jobs(sink, "stop", 50))
+    worker = worker_process(EMQ_WORKER_TRIM_INTERVAL_S="600")  # the timer never fires
+    assert await sink.wait_for(lambda: len(sink.of("stop")) == 50, 15), worker.log()
+    assert worker.stop() == 0, worker.log()  # SIGTERM: final checkpoint, then the final trim
+    assert await entries(redis_client, names) == 0, worker.log()
+
+
 async def test_the_next_owner_trims_what_a_killed_worker_left(
     stack: Stack, sink: Sink, worker_process: Any, redis_client: aioredis.Redis
 ) -> None:
