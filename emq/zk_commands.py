@@ -31,7 +31,7 @@ if TYPE_CHECKING:
 def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:
     if not settings.zk_auth:
         raise EmqError("EMQ_ZK_AUTH is not set: there is no identity to secure the EMQ tree for")
-    logging.getLogger("kazoo.client").setLevel(logging.WARNING)  # a command's output: one line
+    logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our own error line says it all
     client = zk_client_factory(settings)(
         hosts=settings.zk_hosts, timeout=settings.zk_session_timeout_s
     )
