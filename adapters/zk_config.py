@@ -74,6 +74,7 @@ from typing import Any, Generic, TypeVar
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import (  # type: ignore[import-untyped]
     BadVersionError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     RolledBackError,
@@ -99,6 +100,10 @@ K = TypeVar("K")
 V = TypeVar("V")
 
 # Outcomes the callers give a meaning to; every other kazoo error means "ZooKeeper unavailable".
+NO_AUTH_HINT = (
+    "the node's ACL wants other credentials (set EMQ_ZK_AUTH to the ones the EMQ tree was "
+    "secured with)"
+)
 _MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError)
 _DECODE_ERRORS = (ValueError, KeyError, TypeError)
 _RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(RetryPolicy))
@@ -198,6 +203,8 @@ async def _thread_to_the_end(fn: Callable[[], None]) -> None:
 
 def _unavailable(error: Exception, what: str) -> BackendUnavailable:
     """The seam's translation of every kazoo error that is not a caller's business."""
+    if isinstance(error, NoAuthError):
+        return BackendUnavailable(f"ZooKeeper refused access while {what}: {NO_AUTH_HINT}")
     return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
 
 
@@ -798,13 +805,15 @@ async def connect(
     session_timeout_s: float = 10.0,
     connect_timeout_s: float | None = None,
     request_timeout_s: float = 5.0,
+    new_client: Callable[..., KazooClient] = KazooClient,
 ) -> ZkConfigStore:
     """A store on a new ZooKeeper session, started without blocking the event loop.
 
     The store owns the session and closes it in ``aclose()``. ``BackendUnavailable`` if
     ZooKeeper cannot be reached within ``connect_timeout_s`` (default: the session timeout).
+    ``new_client`` makes the kazoo client (the composition root adds digest auth and ACLs).
     """
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s)
+    client = new_client(hosts=hosts, timeout=session_timeout_s)
     store = ZkConfigStore(
         client,
         ZkPaths(root),

@@ -67,7 +67,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from typing import Any
 
 from kazoo.client import KazooClient, KazooState  # type: ignore[import-untyped]
@@ -598,6 +598,7 @@ async def join(
     config: ConfigStore,
     settings: FleetSettings,
     session_timeout_s: float,
+    new_client: Callable[..., KazooClient] = KazooClient,
 ) -> FleetAssignment:
     """A member on a new ZooKeeper session of its own (``BackendUnavailable`` if unreachable).
 
@@ -606,7 +607,9 @@ async def join(
     # Reconnect at least every RECONNECT_MAX_S (kazoo's default backs off to 60 s): a session
     # survives a server restart only if we are back within its timeout of the server's return.
     retry = {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": RECONNECT_MAX_S}
-    client = KazooClient(hosts=hosts, timeout=session_timeout_s, connection_retry=retry)
+    client = new_client(  # auth and ACLs: see emq.compose
+        hosts=hosts, timeout=session_timeout_s, connection_retry=retry
+    )
     fleet = FleetAssignment(
         client,
         ZkPaths(root),

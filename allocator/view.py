@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
@@ -54,8 +55,10 @@ class ZkFleetView(FleetView):
         root: str = "/emq",
         session_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
+        new_client: Callable[..., KazooClient] = KazooClient,
     ) -> None:
         self._hosts = hosts
+        self._new_client = new_client  # auth and ACLs: see emq.compose
         self._paths = ZkPaths(root)
         self._session_timeout_s = session_timeout_s
         self._timeout_s = request_timeout_s
@@ -114,7 +117,7 @@ class ZkFleetView(FleetView):
     async def _connect(self) -> KazooClient:
         async with self._lock:
             if self._client is None:
-                client = KazooClient(hosts=self._hosts, timeout=self._session_timeout_s)
+                client = self._new_client(hosts=self._hosts, timeout=self._session_timeout_s)
                 try:
                     await asyncio.to_thread(client.start, self._timeout_s)
                 except Exception as e:

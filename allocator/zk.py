@@ -16,6 +16,7 @@ from typing import Any
 
 from kazoo.exceptions import (  # type: ignore[import-untyped]
     BadVersionError,
+    NoAuthError,
     NodeExistsError,
     NoNodeError,
     NotEmptyError,
@@ -32,6 +33,11 @@ MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError, NotEmptyError)
 
 
 def unavailable(error: BaseException, what: str) -> BackendUnavailable:
+    if isinstance(error, NoAuthError):  # a process without (or with other) EMQ_ZK_AUTH
+        return BackendUnavailable(
+            f"ZooKeeper refused access while {what}: the node's ACL wants other credentials "
+            "(set EMQ_ZK_AUTH to the ones the EMQ tree was secured with)"
+        )
     return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
 
 

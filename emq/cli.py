@@ -26,6 +26,7 @@ from emq.errors import EmqError
 from emq.fleet_commands import add_fleet_commands
 from emq.settings import Settings, load, read_toml, unknown_env
 from emq.stack import Service, local_stack
+from emq.zk_commands import add_zk_commands
 from worker.settings import WorkerSettings
 
 EXIT_ERROR = 1
@@ -90,7 +91,8 @@ def cmd_stack(args: argparse.Namespace, settings: Settings) -> int:
 
 def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
     values = dataclasses.asdict(settings)
-    values["admin_token"] = "***" if settings.admin_token else ""
+    for secret in ("admin_token", "token", "zk_auth", "zk_previous_auth"):
+        values[secret] = "***" if values[secret] else ""
     values["push_allow_cidrs"] = [str(n) for n in settings.push_allow_cidrs]
     values["namespace"] = settings.namespace.value
     values["durability"] = settings.durability.value
@@ -314,6 +316,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_commands(sub)
     add_capacity_commands(sub)
     add_fleet_commands(sub)
+    add_zk_commands(sub)
     return parser
 
 

@@ -203,6 +203,9 @@ class Demo:
             "EMQ_WORKER_HISTORY_INTERVAL_S": "5",
             "EMQ_API_HISTORY_INTERVAL_S": "5",
             "EMQ_LOG_LEVEL": "INFO",
+            # the credentials, when set, so the demo's processes make and read secured nodes
+            "EMQ_ZK_AUTH": self.settings.zk_auth,
+            "EMQ_ZK_PREVIOUS_AUTH": self.settings.zk_previous_auth,
         }
 
     async def run(self, stop: asyncio.Event, view: Any) -> dict[str, Any]:
@@ -408,7 +411,8 @@ def plan_history(settings: Settings, out_dir: Path) -> dict[str, str]:
 async def _clean(settings: Settings) -> None:
     """Remove this run's keys and ZooKeeper nodes (the run used a prefix and root of its own)."""
     import redis.asyncio as aioredis
-    from kazoo.client import KazooClient
+
+    from emq.compose import zk_client_factory
 
     client = aioredis.Redis.from_url(settings.redis_url)
     try:
@@ -419,7 +423,7 @@ async def _clean(settings: Settings) -> None:
             await client.delete(*keys[i : i + 1000])
     finally:
         await client.aclose()
-    zk = KazooClient(hosts=settings.zk_hosts)
+    zk = zk_client_factory(settings)(hosts=settings.zk_hosts)
     await asyncio.to_thread(zk.start, 10)
     try:
         await asyncio.to_thread(zk.delete, settings.zk_root, recursive=True)

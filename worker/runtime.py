@@ -10,9 +10,10 @@ States of a group on this worker::
 Tasks: topic watch, assignment follower, fetcher (+ ready-signal listener, due-job promoter,
 sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted against the
 send limit, more while pushes wait on slow endpoints), the outcome writer, the checkpointer, the
+trimmer (removes delivered entries of every queue that moved, see :meth:`Worker.trim`), the
 history recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
 drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
-pending retries and the final checkpoint (shielded), release every group.
+pending retries, the final checkpoint and trim (shielded), release every group.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from emq.interfaces import (
     PushResult,
     QueueBackend,
 )
-from emq.model import GroupRef, Namespace, Topic, TopicRef
+from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
@@ -56,7 +57,6 @@ MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at leas
 
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
-TRIM_EVERY = 10  # checkpoints
 # Holds (see allocator.fleet, Vouching): every HOLD_CHECK_S the worker asks the store whether it
 # still holds its groups; a check vouches for HOLD_VALID_S from its send time. A contested claim
 # waits out a former holder's last word: HOLD_VALID_S, plus a margin for clocks and scheduling.
@@ -113,7 +113,11 @@ class Worker:
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self._checkpoints = 0
+        # Queues whose committed offset moved (and was written) since their last trim, with the
+        # group that moved them; trimmed every trim_interval_s, so a queue that went quiet
+        # loses its delivered entries as surely as a busy one.
+        self._to_trim: dict[QueueRef, GroupState] = {}
+        self._moved: dict[QueueRef, GroupState] = {}  # moved, checkpoint not yet written
         self.owned_generation = -1
         # This process as a holder of groups: a restarted worker with the same id is another one.
         self.holder = f"{worker_id}/{os.getpid()}/{secrets.token_hex(4)}"
@@ -135,6 +139,8 @@ class Worker:
         self._start("senders", self.senders.run())
         self._start("outcomes", self.outcomes.run())
         self._start("checkpoint", self._checkpoint_loop())
+        if self.settings.retain_entries >= 0:
+            self._start("trim", self._trim_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -195,6 +201,7 @@ class Worker:
         try:
             await self.outcomes.flush()
             await self.checkpoint()
+            await self.trim()
             await self.recorder.flush(self.topics)
         except BackendUnavailable as e:
             log.warning(
@@ -302,6 +309,7 @@ class Worker:
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
+        self._trim_later(group)
 
     async def _claim_once(
         self, ref: GroupRef, epoch: int
@@ -322,8 +330,9 @@ class Worker:
         await self.outcomes.flush()
         try:
             await self._write_checkpoints([group])
+            await self.trim(group)
         except BackendUnavailable as e:
-            log.warning("final checkpoint of %s not written (%s)", group.ref, e)
+            log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
         if not group.dropped:
             await self._release_holds([group])
         self._forget(group)
@@ -514,7 +523,8 @@ class Worker:
         items = []
         for g in groups:
             for q, p in g.progress.items():
-                p.committable()
+                if p.committable() is not None:
+                    self._moved[q] = g
                 items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
         if not items:
             return
@@ -524,10 +534,55 @@ class Worker:
             self._dirty.update(groups)
             raise
         self._drop_fenced(fenced, "fenced at checkpoint")
-        self._checkpoints += 1
-        if self.settings.retain_entries >= 0 and self._checkpoints % TRIM_EVERY == 0:
-            trims = [(q, e, self.settings.retain_entries) for q, _, e in items]
-            self._drop_fenced(await self.queues.trim_many(trims), "fenced at trim")
+        for q, _, _ in items:
+            g = self._moved.pop(q, None)
+            if g is not None and not g.dropped:
+                self._to_trim[q] = g
+
+    # ------------------------------------------------------------------ trimming
+
+    async def _trim_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.trim_interval_s)
+            try:
+                await self.trim()
+            except BackendUnavailable as e:
+                log.warning("trim failed (%s); will retry", e)
+
+    async def trim(self, group: GroupState | None = None) -> None:
+        """Remove the delivered entries (at or below the written checkpoint, but the newest
+        ``retain_entries``) of every queue that moved since its last trim, or only of
+        ``group``'s; one round trip, fenced by the owner epoch."""
+        if self.settings.retain_entries < 0:
+            self._to_trim.clear()
+            return
+        if group is None:
+            queues, self._to_trim = list(self._to_trim.items()), {}
+        else:  # a release: only its three queues (thousands may be released in a row)
+            mine = [q for q in group.ref.queues() if self._to_trim.get(q) is group]
+            queues = [(q, self._to_trim.pop(q)) for q in mine]
+        # A group let go since (released, fenced, or owned again under a new epoch) is skipped:
+        # its next owner trims it, and a fenced answer must not drop our newer ownership.
+        live = [(q, g) for q, g in queues if not g.dropped and self._owns(g)]
+        if not live:
+            return
+        retain = self.settings.retain_entries
+        try:
+            fenced = await self.queues.trim_many([(q, g.epoch, retain) for q, g in live])
+        except BackendUnavailable:
+            for q, g in live:
+                self._to_trim.setdefault(q, g)
+            raise
+        self._drop_fenced(fenced, "fenced at trim")
+
+    def _trim_later(self, group: GroupState) -> None:
+        """Trim a newly claimed group at the next trim: a previous owner killed between its
+        checkpoint and its trim left delivered entries that no later move may ever come for."""
+        for q in group.ref.queues():
+            self._to_trim[q] = group
+
+    def _owns(self, group: GroupState) -> bool:
+        return self.groups.get(str(group.ref)) is group
 
     def _drop_fenced(self, refs: set[GroupRef], reason: str) -> None:
         for ref in refs:

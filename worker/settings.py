@@ -28,7 +28,8 @@ class WorkerSettings:
     checkpoint_interval_s: float = 1.0
     history_interval_s: float = 10.0
     sweep_interval_s: float = 30.0  # safety net: re-read every owned queue this often
-    retain_entries: int = 0  # entries kept below a checkpoint for replay
+    retain_entries: int = 0  # entries kept below a checkpoint for replay (-1: never trim)
+    trim_interval_s: float = 5.0  # delivered entries are removed this often (see README)
     shutdown_grace_s: float = 10.0
     aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
 
@@ -42,6 +43,15 @@ class WorkerSettings:
             raise ConfigError(
                 f"EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS ({self.senders}),"
                 f" got {self.max_in_flight}"
+            )
+        if self.retain_entries < -1:
+            raise ConfigError(
+                "EMQ_WORKER_RETAIN_ENTRIES must be -1 (never trim) or more, "
+                f"got {self.retain_entries}"
+            )
+        if self.trim_interval_s <= 0:
+            raise ConfigError(
+                f"EMQ_WORKER_TRIM_INTERVAL_S must be greater than 0, got {self.trim_interval_s}"
             )
 
     def metrics_ports(self) -> range:
