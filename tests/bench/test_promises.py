@@ -57,7 +57,8 @@ def test_sliding_window_is_half_open() -> None:
 
 def test_sustained_rate_uses_only_the_complete_seconds() -> None:
     # Partial first (10.x) and last (13.x) seconds; 11 and 12 hold 8 each, at qps 10 -> 0.8.
-    times = sorted([10.9] + [11 + i / 8 for i in range(8)] + [12 + i / 8 for i in range(8)] + [13.1])
+    full = [s + i / 8 for s in (11, 12) for i in range(8)]
+    times = sorted([10.9, *full, 13.1])
     assert sustained(times, qps=10) == pytest.approx(0.8)
     assert sustained([1.0, 2.5], qps=10) is None  # no complete second in between
 
