@@ -25,10 +25,10 @@ def trial(name: str, **params: Any) -> dict[str, Any]:
 
 
 def test_worker_kill_loses_nothing_holds_quotas_and_recovers_within_the_session() -> None:
-    f = trial("worker_kill", jobs=1200, topics=4, qps=40, kills=2, every_s=3.0)
-    assert f["accepted"] == 1200
+    f = trial("worker_kill", jobs=1600, topics=4, qps=40, kills=2, every_s=3.0)
+    assert f["accepted"] == 1600
     assert f["lost"] == 0
-    assert f["quota_held"] == 1 and 0 < f["max_window_ratio"] <= 1.1
+    assert 0 < f["max_window_ratio"] <= 1.1
     assert len(f["recovery_s"]) == 2
     assert f["max_recovery_s"] is not None and f["max_recovery_s"] <= f["session_s"] + 2
     assert 0 <= f["duplicates"] <= 2 * 4 * 40 * faults.CHECKPOINT_S
@@ -36,7 +36,7 @@ def test_worker_kill_loses_nothing_holds_quotas_and_recovers_within_the_session(
 
 
 def test_redis_restart_keeps_workers_and_api_serving_and_loses_nothing() -> None:
-    f = trial("redis_restart", load_s=12.0, enqueues=4)
+    f = trial("redis_restart", load_s=10.0, enqueues=4)
     assert f["lost"] == 0
     assert f["topic_created_after_restart"] == 1
     assert f["workers_alive"] == 2 and f["workers_restarted"] == 0
@@ -45,7 +45,7 @@ def test_redis_restart_keeps_workers_and_api_serving_and_loses_nothing() -> None
 
 
 def test_zookeeper_outage_does_not_stop_delivery() -> None:
-    f = trial("zk_outage", outage_s=6.0, qps=30)
+    f = trial("zk_outage", outage_s=5.0, qps=30, tail_s=6.0)
     assert f["lost"] == 0 and f["quota_held"] == 1
     assert f["workers_alive"] == 2
     assert 0 <= f["delivery_gap_s"] <= 2.0
@@ -53,7 +53,7 @@ def test_zookeeper_outage_does_not_stop_delivery() -> None:
 
 def test_sigstop_past_the_session_loses_nothing_and_duplicates_little() -> None:
     f = trial("sigstop", jobs=1200, topics=4, qps=40)
-    assert f["lost"] == 0 and f["quota_held"] == 1
+    assert f["lost"] == 0 and 0 < f["max_window_ratio"] <= 1.1
     assert 0 <= f["duplicates"] <= 4 * 40 * faults.CHECKPOINT_S
     assert f["workers_alive"] == 3
 
