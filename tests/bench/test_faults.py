@@ -10,7 +10,10 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from emq.bench import faults
+from emq.bench.promises import Delivery
 
 
 def trial(name: str, **params: Any) -> dict[str, Any]:
@@ -83,3 +86,11 @@ def test_an_unknown_trial_is_one_line_and_a_non_zero_exit() -> None:
     )
     assert done.returncode != 0
     assert done.stderr.strip().count("\n") == 0 and "nope" in done.stderr, done.stderr
+
+
+def test_recovery_is_the_slowest_topic_with_a_backlog_to_deliver_again() -> None:
+    log = [Delivery(t, f"a{t}", "a") for t in (1.0, 2.0, 3.0, 9.0)]  # the killed worker's
+    log += [Delivery(t, f"b{t}", "b") for t in (1.0, 2.0, 3.0, 3.7, 4.0)]  # a survivor's
+    log += [Delivery(1.0, "c1", "c")]  # drained before the kill: not waiting for anything
+    assert faults._recovery_s(log, 3.5) == pytest.approx(5.5)
+    assert faults._recovery_s(log, 10.0) is None  # everything had drained
