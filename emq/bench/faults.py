@@ -5,24 +5,15 @@ ZooKeeper, ``emq worker`` processes — fleet members unless said otherwise — 
 trial needs it, and the recording sink), injects one kind of fault, then measures with the
 promise checker (:mod:`emq.bench.promises`) and says which targets were met:
 
-==============  =====================================================================  =========
-trial           fault                                                                   figures
-==============  =====================================================================  =========
-worker_kill     ``kill -9`` a random worker (seeded) ``kills`` times, restart it       lost,
-                each time; 3 workers, many topics with quotas                           dups,
-                                                                                        recovery,
-                                                                                        quota
-redis_restart   ``kill -9`` Redis under load, restart it (AOF); then create a topic    lost,
-                and enqueue through the API                                             alive,
-                                                                                        gap, 503s
-zk_outage       the single ZooKeeper killed for ``outage_s`` under load                gap, lost
-sigstop         ``SIGSTOP`` a worker past its session, then ``SIGCONT``                dups, lost
-hanging         ``hanging`` hanging + ``slow`` slow topics beside healthy ones          healthy
-                                                                                        / quota
-poison          undeliverable jobs stored straight into the queues                     alive,
-                                                                                        DLQ,
-                                                                                        healthy
-==============  =====================================================================  =========
+* ``worker_kill`` — ``kill -9`` a random worker (seeded) ``kills`` times and start a new one
+  each time: lost, duplicates, recovery time, quota ratios;
+* ``redis_restart`` — ``kill -9`` Redis under load and restart it (AOF), then create a topic and
+  enqueue through the API: workers alive, delivery gap, API failures, lost;
+* ``zk_outage`` — the single ZooKeeper killed for ``outage_s`` under load: gap, lost;
+* ``sigstop`` — ``SIGSTOP`` a worker past its session, then ``SIGCONT``: duplicates, lost;
+* ``hanging`` — hanging and slow endpoints beside healthy topics: healthy delivered / quota;
+* ``poison`` — undeliverable jobs stored straight into the queues: workers alive, poison jobs
+  in the DLQ, healthy jobs delivered.
 
 Every trial is a coroutine ``trial(rig, **params)`` returning ``{"figures", "targets", "pass"}``;
 :func:`run` runs the chosen ones with their defaults (each about 1-2 minutes) and the tests run
@@ -280,6 +271,8 @@ async def zk_outage(
         # Redis epoch fence refusing a stale owner's write is, in the workers' logs.
         "fenced_log_lines": sum(p.log_count("fenced") for p in fleet),
         "quota_held": int(result["quota_held"]),
+        "max_window_ratio": result["max_window_ratio"],
+        "quota_exceeded": result["quota_exceeded"],
         "outage_s": outage_s,
     }
     return _verdict(
@@ -442,7 +435,7 @@ def run(
         result = uvloop.run(run_trial(name, **overrides.get(name, {})))
         say(f"fault trial {name}: {'pass' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
         results.append(result)
-    return {
+    doc = {
         "bench": "faults",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
         "machine": describe(),
@@ -450,6 +443,8 @@ def run(
         "results": results,
         "pass": all(r["ok"] for r in results),
     }
+    doc["markdown"] = summary(doc)
+    return doc
 
 
 def run_cli(
