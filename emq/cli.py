@@ -171,6 +171,16 @@ def cmd_demo(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.name == "faults":
+        from emq.bench import faults
+
+        doc = faults.run_cli(args.trials, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else faults.summary(doc))
+        return 0 if doc["pass"] else 1
+    if args.duration_s is None:
+        args.duration_s = 10.0
     if args.name == "all":
         from emq.bench import suite
 
@@ -284,11 +294,23 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "all"])
+    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "all"])
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
-    bench.add_argument("--duration-s", type=float, default=10.0, help="seconds per run")
+    bench.add_argument(
+        "--duration-s",
+        type=float,
+        default=None,
+        help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
+        "hanging window, Redis load; the trials' own defaults if not given)",
+    )
+    bench.add_argument(
+        "--trials",
+        default="",
+        help="faults: comma-separated trials (worker_kill,redis_restart,zk_outage,sigstop,"
+        "hanging,poison; default all)",
+    )
     bench.add_argument(
         "--workload",
         choices=["W2", "W3", "W4", "W5", "W6", "W6b", "all"],
@@ -298,7 +320,9 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument(
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
     )
-    bench.add_argument("--out", metavar="FILE", help="all: also write the JSON document to FILE")
+    bench.add_argument(
+        "--out", metavar="FILE", help="all, faults: also write the JSON document to FILE"
+    )
     bench.add_argument(
         "--durability",
         choices=["default", "fsync", "replica", "compare"],

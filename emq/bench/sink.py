@@ -1,6 +1,6 @@
 """A minimal HTTP/1.1 sink for the dispatch benchmarks, run as its own process.
 
-    python -m emq.bench.sink --port P
+    python -m emq.bench.sink --port P [--record]
 
 An ``asyncio.Protocol`` (on uvloop) that parses just enough of each request (request line,
 headers, a ``Content-Length`` body) and answers ``200`` with an empty body, keeping the
@@ -13,6 +13,12 @@ then measure the sender, not the sink. Paths:
 * ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
   wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
 * ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
+
+With ``--record`` the sink also keeps a delivery log for the promise checker
+(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/`` or ``/hang/`` of
+``[arrival wall time, topic, webhook-id, status answered (0: never), query string]``, read with
+``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of the following call).
+Off by default: the dispatch benchmarks measure the sender, and the log costs the sink a little.
 
 Chunked request bodies are not supported (neither the worker nor the benchmark client sends
 one): a request without ``Content-Length`` has no body.
@@ -41,7 +47,8 @@ _MAX_HEAD = 64 * 1024
 class Stats:
     """What the sink saw since the last reset."""
 
-    def __init__(self) -> None:
+    def __init__(self, record: bool = False) -> None:
+        self.record = record
         self.reset()
 
     def reset(self) -> None:
@@ -56,6 +63,19 @@ class Stats:
         self.hung = 0
         self.slow = 0  # slow requests answered
         self.other = 0
+        self.log: list[tuple[float, str, str, int, str]] = []
+
+    def note(self, head: bytes, now: float, topic_path: bytes, status: int) -> None:
+        """Append a delivery log row (when recording) for a request to ``topic_path``."""
+        if not self.record:
+            return
+        topic, _, query = topic_path.partition(b"?")
+        webhook_id = _header(head, b"\r\nwebhook-id:") or b""
+        self.log.append((now, topic.decode(), webhook_id.decode(), status, query.decode()))
+
+    def log_from(self, start: int) -> dict[str, Any]:
+        rows = self.log[start:]
+        return {"next": start + len(rows), "log": rows}
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -133,14 +153,20 @@ class SinkProtocol(asyncio.Protocol):
             sent = _header(head, b"\r\nx-bench-sent:")
             if sent is not None:
                 stats.latencies[topic].append(now - float(sent))
+            stats.note(head, now, path[3:], 200)
             transport.write(_OK)
         elif path.startswith(b"/slow/"):
             ms, _, topic = path[6:].split(b"?", 1)[0].partition(b"/")
+            stats.note(head, now, path[6:].partition(b"/")[2], 200)
             asyncio.get_running_loop().call_later(int(ms) / 1000, self._slow, topic.decode())
         elif path.startswith(b"/hang/"):
             stats.hung += 1
+            stats.note(head, now, path[6:], 0)
             self._hung = True
             return False
+        elif path.startswith(b"/_log"):
+            start = path.partition(b"from=")[2]
+            self._json(stats.log_from(int(start) if start.isdigit() else 0))
         elif path.startswith(b"/_stats"):
             self._json(stats.to_dict())
         elif path.startswith(b"/_reset"):
@@ -168,6 +194,10 @@ class SinkProtocol(asyncio.Protocol):
         assert self._transport is not None
         self._transport.write(head + body)
 
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
     def _close(self) -> None:
         if self._transport is not None:
             self._transport.close()
@@ -191,9 +221,9 @@ def _content_length(head: bytes) -> int:
     return int(value) if value else 0
 
 
-async def serve(host: str, port: int) -> None:
+async def serve(host: str, port: int, record: bool = False) -> None:
     loop = asyncio.get_running_loop()
-    stats = Stats()
+    stats = Stats(record)
     stop = asyncio.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
@@ -209,9 +239,10 @@ def main() -> None:
     p = argparse.ArgumentParser(prog="python -m emq.bench.sink", description=__doc__)
     p.add_argument("--host", default="127.0.0.1", help="listen address (loopback)")
     p.add_argument("--port", type=int, required=True)
+    p.add_argument("--record", action="store_true", help="keep a per-request delivery log")
     a = p.parse_args()
     raise_fd_limit(0)  # W6b holds thousands of connections open
-    uvloop.run(serve(a.host, a.port))
+    uvloop.run(serve(a.host, a.port, a.record))
 
 
 if __name__ == "__main__":
