@@ -64,7 +64,9 @@ async def settle() -> None:
 async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_jobs() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
     pushes = Pushes()
-    pool = SenderPool(sends, pushes.push, pushes.raised, size=4, most=100, stuck_s=0.5, timeout_s=10)
+    pool = SenderPool(
+        sends, pushes.push, pushes.raised, size=4, most=100, stuck_s=0.5, timeout_s=10
+    )
     run = asyncio.create_task(pool.run())
     hang = group("hang")
     send(sends, hang, 4)
@@ -90,7 +92,9 @@ async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_j
 async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(2)
     pushes = Pushes()
-    pool = SenderPool(sends, pushes.push, pushes.raised, size=2, most=5, stuck_s=0.5, timeout_s=10)
+    pool = SenderPool(
+        sends, pushes.push, pushes.raised, size=2, most=5, stuck_s=0.5, timeout_s=10
+    )
     run = asyncio.create_task(pool.run())
     slow = group("slow")
     slow.topic.slow_at = time.monotonic()
@@ -111,7 +115,9 @@ async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most
 async def test_timeouts_halve_an_endpoint_and_answers_in_time_give_slots_back() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(8)
     pushes = Pushes()
-    pool = SenderPool(sends, pushes.push, pushes.raised, size=8, most=100, stuck_s=0.5, timeout_s=0.05)
+    pool = SenderPool(
+        sends, pushes.push, pushes.raised, size=8, most=100, stuck_s=0.5, timeout_s=0.05
+    )
     run = asyncio.create_task(pool.run())
     hang = group("hang", concurrency=8)
     hang.topic.slow_at = time.monotonic()  # detached as taken
@@ -212,7 +218,9 @@ def test_the_worker_raises_its_open_file_limit_to_the_hard_limit_and_says_when_i
 async def test_time_the_loop_stood_still_does_not_make_pushes_stuck() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
     pushes = Pushes()
-    pool = SenderPool(sends, pushes.push, pushes.raised, size=4, most=100, stuck_s=0.5, timeout_s=10)
+    pool = SenderPool(
+        sends, pushes.push, pushes.raised, size=4, most=100, stuck_s=0.5, timeout_s=10
+    )
     run = asyncio.create_task(pool.run())
     g = group("g")
     now = time.monotonic()
