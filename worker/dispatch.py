@@ -90,7 +90,7 @@ class Dispatcher:
         room = group.topic.room()
         want = min(available, room, budget)
         granted = group.counter.reserve(want, wall) if want > 0 else 0
-        taken = self._take(group, granted, mono) if granted else 0
+        taken = self._take(group, granted, int(wall), mono) if granted else 0
         if granted > taken:
             group.counter.rollback(granted - taken, wall)
         if group.buffered():
@@ -105,7 +105,7 @@ class Dispatcher:
         # Quota-limited: come back when the next token has accrued.
         return max(self._tick_s, 1.0 / max(1, group.counter.qps))
 
-    def _take(self, group: GroupState, budget: int, mono: float) -> int:
+    def _take(self, group: GroupState, budget: int, second: int, mono: float) -> int:
         buffers = group.buffers
         assert buffers is not None  # _serve takes only from a group with jobs
         available = [len(b) for b in buffers]
@@ -116,7 +116,9 @@ class Dispatcher:
         taken = 0
         for buffer, n in zip(buffers, plan, strict=True):
             for _ in range(n):
-                self._send(group, buffer.popleft())
+                item = buffer.popleft()
+                item.second = second  # a sender that takes it in a later second re-reserves
+                self._send(group, item)
             taken += n
         return taken
 

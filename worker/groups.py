@@ -45,7 +45,16 @@ class Buffered:
     letter) builds the whole :class:`~emq.model.Envelope`.
     """
 
-    __slots__ = ("_decoded", "_envelope", "fetched_at", "offset", "payload", "progress", "queue")
+    __slots__ = (
+        "_decoded",
+        "_envelope",
+        "fetched_at",
+        "offset",
+        "payload",
+        "progress",
+        "queue",
+        "second",
+    )
 
     def __init__(
         self,
@@ -60,6 +69,7 @@ class Buffered:
         self.payload = payload
         self.fetched_at = fetched_at  # monotonic
         self.progress = progress  # its queue's window (no lookup by queue when it finishes)
+        self.second = -1  # the wall-clock second its quota was reserved in (by the dispatcher)
         self._decoded: dict[str, Any] | None = None
         self._envelope: Envelope | None = None
 

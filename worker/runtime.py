@@ -42,7 +42,7 @@ from emq.interfaces import (
 from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
-from worker.groups import Buffered, GroupState, TopicState
+from worker.groups import Buffered, GroupState, TopicState, priority_index
 from worker.history import HistoryRecorder
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
@@ -442,12 +442,15 @@ class Worker:
     async def _push(self, group: GroupState, item: Buffered) -> None:
         if not self.assignment.may_dispatch() and not await self._cleared(group):
             return
+        now = time.time()
+        if int(now) != item.second and not self._reserve_again(group, item, now):
+            return
         job = item.delivery
         state = group.topic
         secret = state.topic.secret
         if secret:
             body = job.body if job.body is not None else ""
-            headers = job.headers | signature_headers(secret, job.id, time.time(), body)
+            headers = job.headers | signature_headers(secret, job.id, now, body)
         else:
             headers = dict(job.headers)
         request = PushRequest(
@@ -471,6 +474,24 @@ class Worker:
             self.outcomes.delivered(group, item, result)
         else:
             self.outcomes.failed(group, item, result)
+
+    def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
+        """A job whose quota was reserved in an earlier wall-clock second than it is sent in (a
+        slow loop, senders all busy) is charged to this second instead, or, with this second's
+        budget spent, goes back to the front of its buffer: a reservation never leaks into the
+        next second, whatever the loop's speed (a receiver counting per second would see it)."""
+        if group.counter.reserve(1, now):
+            item.second = int(now)
+            return True
+        buffers = group.buffers
+        if buffers is not None and not group.stopped:
+            buffer = buffers[priority_index(item.queue)]
+            at = 0  # in offset order: jobs handed back one after another keep their order
+            while at < len(buffer) and buffer[at].offset < item.offset:
+                at += 1
+            buffer.insert(at, item)
+            self.dispatcher.wake(group, time.monotonic())
+        return False
 
     def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:
         """Whatever else a push raised ends that job: text that cannot be encoded (a stored job
