@@ -147,6 +147,7 @@ async def worker_kill(
         "workers_alive": _alive(fleet),
         "accepted": result["accepted"],
         "session_s": rig.session_s,
+        "events": {"killed_at": [round(t, 3) for t in killed_at]},
     }
     dup_bound = max(1, kills) * math.ceil(topics * qps * CHECKPOINT_S)
     return _verdict(
@@ -231,6 +232,7 @@ async def redis_restart(
         "topic_created_after_restart": int(created),
         "duplicates": result["duplicates"],
         "accepted": result["accepted"],
+        "events": {"killed_at": round(killed_at, 3), "back_at": round(back_at, 3)},
     }
     return _verdict(
         figures,
@@ -274,6 +276,7 @@ async def zk_outage(
         "max_window_ratio": result["max_window_ratio"],
         "quota_exceeded": result["quota_exceeded"],
         "outage_s": outage_s,
+        "events": {"killed_at": round(killed_at, 3), "back_at": round(back_at, 3)},
     }
     return _verdict(
         figures,
@@ -299,8 +302,10 @@ async def sigstop(
     await asyncio.sleep(2.0)
     victim = fleet[random.Random(seed).randrange(workers)]
     victim.signal(signal.SIGSTOP)
+    stopped_at = time.time()
     await asyncio.sleep(stop_s if stop_s is not None else rig.session_s + 3)
     victim.signal(signal.SIGCONT)
+    resumed_at = time.time()
     result = await _settle(rig, timeout_s=jobs / (topics * qps) + 60)
     figures = {
         "lost": result["lost"],
@@ -310,6 +315,7 @@ async def sigstop(
         "max_window_ratio": result["max_window_ratio"],
         "quota_exceeded": result["quota_exceeded"],
         "session_s": rig.session_s,
+        "events": {"stopped_at": round(stopped_at, 3), "resumed_at": round(resumed_at, 3)},
     }
     return _verdict(
         figures,

@@ -76,16 +76,18 @@ def test_poison_jobs_go_to_the_dlq_and_no_worker_dies() -> None:
     assert f["healthy_delivered_ratio"] == 1.0
 
 
-def test_an_unknown_trial_is_one_line_and_a_non_zero_exit() -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "emq", "bench", "faults", "--trials", "worker_kill,nope"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode != 0
-    assert done.stderr.strip().count("\n") == 0 and "nope" in done.stderr, done.stderr
+def test_bad_arguments_are_one_line_and_a_non_zero_exit_before_anything_runs() -> None:
+    for args, word in ((["--trials", "worker_kill,nope"], "nope"), (["--duration-s", "0"], "--")):
+        done = subprocess.run(
+            [sys.executable, "-m", "emq", "bench", "faults", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.startswith("emq: error: ") and done.stderr.count("\n") == 1
+        assert word in done.stderr, done.stderr
 
 
 def test_recovery_is_the_slowest_topic_with_a_backlog_to_deliver_again() -> None:
