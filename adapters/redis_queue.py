@@ -49,7 +49,8 @@ lending it, so one the server closed (restart, failover) is replaced instead of 
 next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
 connection is sent once more when repeating it cannot apply anything twice (every call but a
 put of jobs without idempotency keys, a dead letter and a DLQ replay: their outcome is unknown,
-and the caller decides). A Cluster client also retries on its own while it re-learns the slots (failover).
+and the caller decides). A Cluster client also retries on its own while it re-learns the slots
+(failover).
 """
 
 from __future__ import annotations
