@@ -274,7 +274,7 @@ class RedisQueueBackend(QueueBackend):
         except rex.ConnectionError as e:
             if not repeatable:
                 raise
-            log.info("redis connection broke (%s); sending once more", e)
+            log.debug("redis connection broke (%s); sending once more", e)
             replies = await self._send(commands)
         retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
         if retry:
