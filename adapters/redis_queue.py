@@ -48,8 +48,9 @@ Restarts and failovers (see :func:`client_options`): the pool checks a pooled co
 lending it, so one the server closed (restart, failover) is replaced instead of failing the
 next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
 connection is sent once more when repeating it cannot apply anything twice (every call but a
-put of jobs without idempotency keys and a dead letter: their outcome is unknown, and the caller
-decides). A Cluster client also retries on its own while it re-learns the slots (failover).
+put of jobs without idempotency keys, a dead letter and a DLQ replay: their outcome is unknown,
+and the caller decides). A Cluster client also retries on its own while it re-learns the slots
+(failover).
 """
 
 from __future__ import annotations
@@ -276,7 +277,7 @@ class RedisQueueBackend(QueueBackend):
         except rex.ConnectionError as e:
             if not repeatable:
                 raise
-            log.info("redis connection broke (%s); sending once more", e)
+            log.debug("redis connection broke (%s); sending once more", e)
             replies = await self._send(commands)
         retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
         if retry:
@@ -688,7 +689,9 @@ class RedisQueueBackend(QueueBackend):
             return 0
         args = [limit, *(_dlq_id(i) for i in ids or ())]
         keys = (self._keys.dlq(group), *self._group_streams(group))
-        moved = int(await self._call(self._eval(self._replay, keys, args), "replay_dead"))
+        command = self._eval(self._replay, keys, args)
+        # Not re-sent: a second run would move up to ``limit`` more letters than asked for.
+        moved = int(await self._call(command, "replay_dead", repeatable=False))
         log.info("replayed %d dead letters of %s", moved, group)
         if moved:
             await self._send_hints(_Hints.ready_of(group), "replay_dead")

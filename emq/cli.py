@@ -328,7 +328,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=["default", "fsync", "replica", "compare"],
         default="default",
         help="enqueue: EMQ_DURABILITY of the API and the Redis it starts (fsync: appendfsync "
-        "always; replica: plus one replica); compare: all three in one run",
+        "always; replica: plus one replica); compare: the three interleaved, 3 rounds, medians",
     )
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)

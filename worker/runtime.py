@@ -284,8 +284,9 @@ class Worker:
             try:
                 # Redis unreachable: retried until it answers or the group is assigned away
                 # (a claim that dies would end the assignment task, and with it the worker).
+                # One name for every group's claim: an outage logs one warning, not thousands.
                 claimed = await self.outage.retry(
-                    f"claim of {ref}",
+                    "group claims",
                     lambda: self._claim_once(ref, epoch),
                     give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
                 )

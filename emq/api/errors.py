@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
@@ -63,11 +64,36 @@ def _from_emq(e: errors.EmqError) -> web.Response:
 _HTTP_CODES = {400: "malformed", 404: "not_found", 405: "method_not_allowed", 413: "too_large"}
 
 
+class _UnavailableLog:
+    """One warning line per ``every_s`` while a backend is down, not a traceback per request
+    (an outage under load would write thousands); the 503s in between are counted."""
+
+    def __init__(self, every_s: float = 5.0) -> None:
+        self._every = every_s
+        self._next = 0.0
+        self._quiet = 0
+
+    def note(self, request: web.Request, error: errors.BackendUnavailable) -> None:
+        now = time.monotonic()
+        if now < self._next:
+            self._quiet += 1
+            return
+        more = f" ({self._quiet} more 503s since the last report)" if self._quiet else ""
+        log.warning("503 on %s %s: %s%s", request.method, request.path, error.message, more)
+        self._next, self._quiet = now + self._every, 0
+
+
+_unavailable = _UnavailableLog()
+
+
 @web.middleware
 async def error_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Turn every failure into the JSON error body, including aiohttp's own (404, 405, 413)."""
     try:
         return await handler(request)
+    except errors.BackendUnavailable as e:
+        _unavailable.note(request, e)
+        return _from_emq(e)
     except errors.EmqError as e:
         if status_of(e) >= 500:
             log.exception("unexpected EMQ error on %s %s", request.method, request.path)

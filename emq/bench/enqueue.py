@@ -16,6 +16,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -118,13 +119,23 @@ def run(
             redis.stop()
 
 
-def compare(duration_s: float = 10.0) -> dict[str, Any]:
-    """:func:`run` once per durability mode, in one go (same machine, same load)."""
-    runs = {mode: run(duration_s=duration_s, durability=mode) for mode in DURABILITIES}
+def compare(duration_s: float = 10.0, rounds: int = 3) -> dict[str, Any]:
+    """:func:`run` per durability mode, ``rounds`` times with the modes interleaved (so a
+    neighbour's load falls on every mode alike); per mode the median of each figure."""
     keys = ("jobs_per_s", "requests_per_s", "p50_ms", "p99_ms", "batch_p99_ms")
+    samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in DURABILITIES}
+    for _ in range(max(1, rounds)):
+        for mode in DURABILITIES:
+            result = run(duration_s=duration_s, durability=mode)
+            samples[mode].append({k: result[k] for k in keys})
     return {
         "bench": "enqueue-durability",
-        "modes": {mode: {k: r[k] for k in keys} for mode, r in runs.items()},
+        "rounds": max(1, rounds),
+        "modes": {
+            mode: {k: statistics.median(s[k] for s in runs) for k in keys}
+            for mode, runs in samples.items()
+        },
+        "samples": samples,
         "machine": describe(),
     }
 

@@ -17,7 +17,7 @@ from emq.errors import BackendUnavailable, ConfigError
 from emq.interfaces import PutItem
 from emq.model import GroupRef, Namespace, Priority, TopicRef
 from emq.settings import Durability, Settings
-from emq.stack import Service, free_port
+from emq.stack import Service, free_port, local_stack
 from tests.conftest import RestartableRedis
 
 QUEUE = GroupRef(TopicRef(Namespace.ONLINE, "acme", "orders"), 0).queue(Priority.MEDIUM)
@@ -75,3 +75,10 @@ async def test_replica_mode_answers_unavailable_until_a_replica_acknowledges(
         assert stored.offset is not None and not stored.duplicate
     finally:
         await queues.aclose()
+
+
+def test_the_local_stack_starts_redis_with_fsync_always_for_fsync_durability() -> None:
+    redis, _ = local_stack(Settings(durability=Durability.FSYNC))
+    assert redis.extra_args == ("--appendfsync", "always")
+    plain, _ = local_stack(Settings())
+    assert plain.extra_args == ()
