@@ -66,6 +66,9 @@ CANCEL_AGAIN_S = 0.5  # a sender still running this long after a cancel is cance
 
 
 class SenderPool:
+    """``size`` senders taking jobs from ``sends`` and calling ``push`` on each, plus one per
+    push left to a slow endpoint, ``most`` tasks in all (see the module docstring)."""
+
     def __init__(
         self,
         sends: Handoff[tuple[GroupState, Buffered]],
@@ -89,7 +92,8 @@ class SenderPool:
         self._scanned_at = 0.0
         self.timeout_s = timeout_s
         # Per slot (a sender's index, reused once it has ended): when its push started
-        # (monotonic, 0 when idle), the push's group, whether the sender is detached.
+        # (monotonic less ``stalled`` then, 0 when idle), the push's group, whether the sender
+        # is detached.
         self._started: list[float] = []
         self._groups: list[GroupState | None] = []
         self._detached: list[bool] = []
