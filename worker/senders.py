@@ -23,7 +23,7 @@ A topic is *known slow* while one of its pushes has run past ``stuck_s`` within 
 after the previous one timed out): its new pushes detach as they start, so a wave of fresh
 requests to hanging endpoints (whose previous requests timed out together) never fills the
 limit for ``stuck_s`` first. :meth:`SenderPool.scan` finds the pushes past ``stuck_s``; the
-worker runs it with the governor (every ``period_s``), one look per running push. So only
+worker runs it with the governor (every ``period_s``), one look per counted sender. So only
 endpoints that *begin* to hang, more of them at once than there are senders, can hold the
 senders, and for ``stuck_s`` plus a period at most. (Detaching sooner while jobs wait for a
 sender was tried: on a machine whose CPU other processes take, every push looks slow, and the
@@ -67,6 +67,9 @@ CANCEL_AGAIN_S = 0.5  # a sender still running this long after a cancel is cance
 
 
 class SenderPool:
+    """``size`` senders taking jobs from ``sends`` and calling ``push`` on each, plus one per
+    push left to a slow endpoint, ``most`` tasks in all (see the module docstring)."""
+
     def __init__(
         self,
         sends: Handoff[tuple[GroupState, Buffered]],
@@ -92,11 +95,13 @@ class SenderPool:
         self._scanned_at = 0.0
         self.timeout_s = timeout_s
         # Per slot (a sender's index, reused once it has ended): when its push started
-        # (monotonic, 0 when idle), the push's group, whether the sender is detached.
+        # (monotonic less ``stalled`` then, 0 when idle), the push's group, whether the sender
+        # is detached.
         self._started: list[float] = []
         self._groups: list[GroupState | None] = []
         self._detached: list[bool] = []
         self._free: list[int] = []
+        self._counted: set[int] = set()  # the slots of senders not detached
         self._tasks: set[asyncio.Task[None]] = set()
         self._failed: asyncio.Future[None] | None = None
         self.detached = 0  # detached senders still pushing
@@ -131,6 +136,7 @@ class SenderPool:
             self._started.append(0.0)
             self._groups.append(None)
             self._detached.append(False)
+        self._counted.add(slot)
         task = asyncio.create_task(self._sender(slot), name=f"emq-worker-sender-{slot}")
         self._tasks.add(task)
         self.most_tasks = max(self.most_tasks, len(self._tasks))
@@ -148,34 +154,43 @@ class SenderPool:
         if len(self._tasks) >= self.most:
             return False
         self._detached[slot] = True
+        self._counted.discard(slot)
         self.detached += 1
         self._sends.release()
         self._spawn()
         return True
 
     def scan(self, mono: float) -> int:
-        """Detach every push that has run past ``stuck_s`` and mark its topic slow; returns
-        how many such pushes still count against the limit (the pool at ``most``)."""
+        """Detach every counted push that has run past ``stuck_s`` and mark its topic slow;
+        returns how many such pushes still count against the limit (the pool at ``most``).
+
+        Only the ``size`` counted senders are looked at: detached pushes mark their topic
+        slow themselves when they end (:meth:`_slow_ended`), so thousands of them waiting on
+        hanging endpoints cost a scan nothing."""
         if self._scanned_at:
             self.stalled += max(0.0, mono - self._scanned_at - 1.5 * self.period_s)
         self._scanned_at = mono
-        started, detached, groups = self._started, self._detached, self._groups
+        started, groups = self._started, self._groups
         since = mono - self.stalled - self.stuck_s  # started (net of stalls) before this
         stuck = 0
-        for slot in range(len(started)):  # (a detach may add slots: they are idle)
+        for slot in list(self._counted):
             t = started[slot]
             if t and t < since:
                 group = groups[slot]
                 if group is not None:
                     group.topic.slow_at = mono
-                if not detached[slot] and not self._detach(slot):
+                if not self._detach(slot):
                     stuck += 1
         return stuck
 
     def _slow_ended(self, topic: TopicState, started: float) -> None:
-        """A detached push ended: after a timeout, halve the slots its endpoint may hold (not
-        under one); answered in time, give one back."""
-        if time.monotonic() - started >= self.timeout_s:
+        """A detached push ended: one that ran long keeps its topic known slow; after a
+        timeout, halve the slots its endpoint may hold (not under one); answered in time,
+        give one back."""
+        now = time.monotonic()
+        if now - started > self.stuck_s:
+            topic.slow_at = max(topic.slow_at, now)
+        if now - started >= self.timeout_s:
             most = topic.topic.endpoint_concurrency
             topic.cut = most - max(1, (most - topic.cut) // 2)
         elif topic.cut:
@@ -210,6 +225,7 @@ class SenderPool:
                             topic.cut -= 1  # answered in time: give a slot back
         finally:
             detached[slot] = False
+            self._counted.discard(slot)
             groups[slot] = None
             self._free.append(slot)
             sends.leave()

@@ -45,15 +45,17 @@ async def test_healthy_topics_keep_their_quota_beside_more_hanging_requests_than
     # A 2 s request timeout (the rig's): the hanging requests time out and are retried three
     # times while the healthy topics are counted, each time a wave of fresh hanging requests.
     worker = worker_process(EMQ_WORKER_SENDERS=str(SENDERS), EMQ_WORKER_SENDERS_MIN=str(SENDERS))
-    assert await sink.wait_for(lambda: len(sink.of("ok1")) >= 8 * QPS, 20), worker.log()
+    assert await sink.wait_for(lambda: len(sink.of("ok1")) >= 9 * QPS, 20), worker.log()
     assert sink.max_hanging == len(HANGING) * CONCURRENCY  # each held its own endpoint's share
     for name in HEALTHY:
-        # Not the first whole second: until the worker has seen pushes to the hanging endpoints
-        # run long (a tenth of a second or two), their first requests may hold every sender.
-        seconds = full_seconds(sink.per_second(name))[1:]
+        # Not the first two whole seconds: until the worker has seen pushes to the hanging
+        # endpoints run past half a second, their first requests hold every sender, and the
+        # healthy jobs handed out meanwhile (their quota taken) arrive late, in the next second.
+        seconds = full_seconds(sink.per_second(name))[2:]
         assert len(seconds) >= 5, (name, sink.per_second(name))
-        assert min(seconds) >= 0.95 * QPS, (name, seconds)
-        assert max(seconds) <= QPS + 1, (name, seconds)
+        assert sum(seconds) / len(seconds) >= 0.95 * QPS, (name, seconds)
+        assert min(seconds) >= 0.8 * QPS, (name, seconds)  # (a shared machine stalls at times)
+        assert max(seconds) <= QPS * 1.05, (name, seconds)  # as the quota test allows
     for name in SLOW:  # 4 at a time, 1 s each: about 4/s, their endpoints' own limit
         assert len(sink.of(name)) >= 4 * 5, (name, len(sink.of(name)))
 
