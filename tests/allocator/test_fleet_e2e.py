@@ -54,22 +54,28 @@ GRACE_S = SESSION_S * 2 / 3
 # --------------------------------------------------------------------------- who sent it
 
 
-def _tcp_inode(local_port: int, remote_port: int) -> str | None:
+def _peer_inodes(server_port: int) -> dict[int, str]:
+    """Socket inode of every client connection to ``server_port``, by its local port.
+
+    One pass over the tables per refresh, matching the server port as text first: on a busy
+    machine ``/proc/net/tcp`` holds tens of thousands of lines, and a pass per connection
+    blocked the sink's loop long enough for pushes to time out and reconnect, in a spiral.
+    """
+    suffix = f":{server_port:04X}"
+    out: dict[int, str] = {}
     for table in ("/proc/net/tcp", "/proc/net/tcp6"):
         with open(table) as f:
             next(f)
             for line in f:
                 fields = line.split()
-                if (
-                    int(fields[1].rsplit(":", 1)[1], 16) == local_port
-                    and int(fields[2].rsplit(":", 1)[1], 16) == remote_port
-                ):
-                    return fields[9]
-    return None
+                if fields[2].endswith(suffix):
+                    out[int(fields[1].rsplit(":", 1)[1], 16)] = fields[9]
+    return out
 
 
-def _holder(inode: str, pids: dict[int, str]) -> str | None:
-    target = f"socket:[{inode}]"
+def _socket_owners(pids: dict[int, str]) -> dict[str, str]:
+    """Socket inode -> the name of the process among ``pids`` holding it."""
+    out: dict[str, str] = {}
     for pid, name in pids.items():
         try:
             fds = os.listdir(f"/proc/{pid}/fd")
@@ -77,11 +83,12 @@ def _holder(inode: str, pids: dict[int, str]) -> str | None:
             continue
         for fd in fds:
             try:
-                if os.readlink(f"/proc/{pid}/fd/{fd}") == target:
-                    return name
+                link = os.readlink(f"/proc/{pid}/fd/{fd}")
             except OSError:
                 continue
-    return None
+            if link.startswith("socket:["):
+                out[link[8:-1]] = name
+    return out
 
 
 class AttributedSink(Sink):
@@ -92,6 +99,7 @@ class AttributedSink(Sink):
         self.pids: dict[int, str] = {}
         self.arrivals: list[tuple[str, float, str]] = []  # (topic, time, worker)
         self._by_connection: dict[int, str] = {}
+        self._by_port: dict[int, str] = {}  # a client's local port -> its worker
         self._connections: list[object] = []
         self.port = 0
 
@@ -100,8 +108,15 @@ class AttributedSink(Sink):
         name = self._by_connection.get(id(protocol))
         if name is None:
             peer = request.transport.get_extra_info("peername") if request.transport else None
-            inode = _tcp_inode(peer[1], self.port) if peer else None
-            name = (_holder(inode, self.pids) if inode else None) or "?"
+            name = self._by_port.get(peer[1], "?") if peer else "?"
+            if name == "?" and peer:  # a connection opened since the last look: look again
+                owners = _socket_owners(self.pids)
+                self._by_port = {
+                    port: owners[inode]
+                    for port, inode in _peer_inodes(self.port).items()
+                    if inode in owners
+                }
+                name = self._by_port.get(peer[1], "?")
             self._by_connection[id(protocol)] = name
             self._connections.append(protocol)  # held: an id() is never reused meanwhile
         return name
