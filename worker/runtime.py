@@ -15,9 +15,9 @@ store vouches for the rest until the check's send time + HOLD_VALID_S (see alloc
 
 Tasks: topic watch, assignment follower, hold checker, fetcher (+ ready-signal listener, due-job
 promoter, sweeper), dispatcher, a fixed pool of senders, the outcome writer, the checkpointer,
-the history recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
-drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
-pending retries and the final checkpoint (shielded), release every group.
+the history recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the
+dispatcher drain the buffers within the grace period, wait for in-flight pushes (then cancel
+them), write pending retries and the final checkpoint (shielded), release every group.
 """
 
 from __future__ import annotations
