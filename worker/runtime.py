@@ -3,17 +3,24 @@
 States of a group on this worker::
 
     (assigned) --claim(epoch) ok--> OWNED --released / re-assigned--> RELEASING --> (gone)
-                     | Fenced                | a fenced write
-                     v                       v
-                 (skipped)               DROPPED (buffers forgotten, nothing written)
+                     | Fenced     ^          | a fenced write, or a hold check finds it
+                     v            |          v claimed by another worker
+                 (skipped)        |      DROPPED (buffers forgotten, nothing written)
+                                  | after CONTESTED_WAIT_S
+            claim contested ------+  (its former holder never released it: it may still push)
 
-Tasks: topic watch, assignment follower, fetcher (+ ready-signal listener, due-job promoter,
-sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted against the
-send limit, more while pushes wait on slow endpoints), the outcome writer, the checkpointer, the
-trimmer (removes delivered entries of every queue that moved, see :meth:`Worker.trim`), the
-history recorder, metrics. Shutdown, in the order STYLE.md gives: stop fetching, let the dispatcher
-drain the buffers within the grace period, wait for in-flight pushes (then cancel them), write
-pending retries, the final checkpoint and trim (shielded), release every group.
+A claim makes this process the group's holder in the store; a release removes it. Every
+HOLD_CHECK_S the worker checks its holds in one round trip and tells the assignment source the
+store vouches for the rest until the check's send time + HOLD_VALID_S (see allocator.fleet).
+
+Tasks: topic watch, assignment follower, hold checker, fetcher (+ ready-signal listener, due-job
+promoter, sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted
+against the send limit, more while pushes wait on slow endpoints), the outcome writer, the
+checkpointer, the trimmer (removes delivered entries of every queue that moved, see
+:meth:`Worker.trim`), the history recorder, metrics. Shutdown, in the order STYLE.md gives: stop
+fetching, let the dispatcher drain the buffers within the grace period, wait for in-flight pushes
+(then cancel them), write pending retries, the final checkpoint and trim (shielded), release
+every group.
 """
 
 from __future__ import annotations

@@ -197,3 +197,39 @@ async def _blip_then_stall(m: Member, proxy: Proxy, held: dict[GroupRef, int]) -
     await asyncio.sleep(max(0.0, SESSION_S * 0.85 - (time.monotonic() - paused)))
     proxy.resume()
     await eventually(lambda: m.owned == held and m.fleet.may_dispatch(), 5)
+
+
+async def test_cut_off_from_zookeeper_a_member_goes_on_while_the_store_vouches(
+    fleet: Fleet, proxy: Proxy
+) -> None:
+    groups = await fleet.topics({"a": 4})
+    chroot = fleet.settings.zk_hosts.split("/", 1)[1]
+    m = await fleet.member("w0", hosts=f"127.0.0.1:{proxy.port}/{chroot}")
+    await eventually(lambda: fleet.exactly_once(groups), 10)
+    held = dict(m.owned)
+    vouching = True
+
+    async def vouch() -> None:  # what the worker does after each successful check of its holds
+        while vouching:
+            m.fleet.vouched(time.monotonic() + 1.0)
+            await asyncio.sleep(0.25)
+
+    task = asyncio.create_task(vouch())
+    try:
+        proxy.drop()
+        proxy.pause()  # reconnections get nowhere either
+        cut = time.monotonic()
+        seen = []
+        while time.monotonic() - cut < LEASE_S + 0.5:  # well past ZooKeeper's lease
+            seen.append(m.fleet.may_dispatch() and m.fleet.may_fetch())
+            await asyncio.sleep(0.02)
+        assert all(seen) and m.owned == held, (seen.count(False), m.owned)
+        vouching = False  # the store goes quiet too: it self-fences once the last word ends
+        await eventually(lambda: not m.fleet.may_dispatch() and not m.owned, 1.5)
+    finally:
+        vouching = False
+        await task
+        proxy.resume()
+    await eventually(lambda: fleet.exactly_once(groups), 10)  # and it comes back
+    fleet.members.remove(m)
+    await m.stop()
