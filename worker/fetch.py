@@ -30,8 +30,8 @@ Memory is bounded in bytes (``EMQ_WORKER_BUFFER_BYTES``, :class:`~worker.groups.
 each read's counts are cut to what the budget's room holds at the recent bytes per job, highs
 first, then mediums, then lows; over budget, high queues still read up to
 :data:`HIGH_FLOOR` jobs each, so priority holds when memory is short. Queues cut are not
-exhausted: their groups wait in a FIFO and are queued again once the dispatcher has taken a
-fraction of the budget back out of the buffers.
+exhausted: their groups wait in a FIFO and are queued again once the budget is below
+:data:`RESUME_AT` (checked after each read and each job dispatched).
 
 Wake-ups are not lost: a read clears ``queued_fetch`` when it is sent, so a ready signal handled
 while it is out queues the group again; its reply marks a queue exhausted only if no signal
@@ -99,8 +99,7 @@ class Fetcher:
         """Queue ``group`` for a fetch if it is hot and a queue of it is below half its target.
 
         Called for every job dispatched: O(1)."""
-        if self._starved and self.budget.used < self.budget.limit * RESUME_AT:
-            self._resume_starved()
+        self._maybe_resume()
         if group.queued_fetch or group.stopped or not group.hot:
             return
         b = group.buffers
@@ -121,10 +120,12 @@ class Fetcher:
         group.mark_hot()
         self.want(group)
 
-    def _resume_starved(self) -> None:
-        starved, self._starved = self._starved, {}
-        for g in starved:
-            self.want(g)
+    def _maybe_resume(self) -> None:
+        """Queue the groups the budget cut once it has room again (below RESUME_AT)."""
+        if self._starved and self.budget.used < self.budget.limit * RESUME_AT:
+            starved, self._starved = self._starved, {}
+            for g in starved:
+                self.want(g)
 
     # ------------------------------------------------------------------ fetching
 
@@ -139,6 +140,7 @@ class Fetcher:
                 )
                 try:
                     await self._fetch(batch)
+                    self._maybe_resume()  # nothing buffered need be dispatched to resume them
                 except BackendUnavailable as e:
                     for g in batch:
                         g.queued_fetch = False
@@ -194,19 +196,22 @@ class Fetcher:
 
     def _within_budget(self, reads: list[Read]) -> list[Read]:
         """Cut the counts to what the byte budget's room holds at the recent bytes per job:
-        highs first, then mediums, then lows, each priority's share split evenly among its
-        queues (a queue found empty drops out of the next read, and its share with it); a high
-        queue reads up to HIGH_FLOOR jobs whatever the budget. Groups cut wait (``_starved``)."""
+        highs first, then mediums, then lows, each priority's part split evenly among its
+        queues (one each to the first ones when it is short; a queue found empty drops out of
+        the next read, and its part with it). A high queue reads up to HIGH_FLOOR jobs outside
+        the budget. Groups cut wait in ``_starved``."""
         left = int(self.budget.room() / self._job_bytes)
         if left >= sum(r[3] for r in reads):
             return reads
         kept: list[Read] = []
         for priority in range(3):
             tier = [r for r in reads if r[1] == priority]
-            share = max(0, left) // len(tier) if tier else 0
-            for g, i, q, count, signals in tier:
-                n = min(count, max(share, HIGH_FLOOR) if priority == 0 else share)
+            share, extra = divmod(max(0, left), len(tier)) if tier else (0, 0)
+            for k, (g, i, q, count, signals) in enumerate(tier):
+                n = min(count, share + (k < extra))
                 left -= n
+                if priority == 0:
+                    n = max(n, min(count, HIGH_FLOOR))
                 if n > 0:
                     kept.append((g, i, q, n, signals))
                 if n < count:

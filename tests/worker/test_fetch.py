@@ -155,3 +155,23 @@ async def test_dropping_buffers_gives_their_bytes_back_and_starved_groups_resume
     assert f.budget.used == 0
     f.want(a)  # any want (a job dispatched) queues the starved groups again
     assert b.queued_fetch and b in f._wanted
+
+
+async def test_groups_the_budget_cut_are_read_again_without_a_dispatch() -> None:
+    queues = GatedQueues()
+    f, _ = fetcher(queues, buffer_bytes=1 << 20)
+    groups = [group(f"g{i}", 150, f) for i in range(300)]  # 300 x 3 queues: two reads
+    for g in groups:
+        await put(queues, g, LOW, 4, 64 * 1024)
+    run = asyncio.create_task(f.run())
+    try:
+        for g in groups:
+            f.signal(g)
+        for _ in range(10_000):  # loop turns, not time: the fetch loop runs in between
+            if f.budget.used >= (1 << 20) * 3 // 4:
+                break
+            await asyncio.sleep(0)
+        assert f.budget.used >= (1 << 20) * 3 // 4, (f.budget.used, len(f._starved), f.reads)
+        assert f.budget.used <= (1 << 20) + 64 * 1024 * len(groups)
+    finally:
+        run.cancel()
