@@ -69,7 +69,7 @@ SUMMARY_EXTRA = {
     "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
     "W6b": ("healthy_second_ratio_min", "slow_per_s", "worker_status.senders_most"),
     "W9": ("high_p50_ms", "highs_delivered"),
-    "W10": ("peak_rss_mib", "backlog_mib", "delivered"),
+    "W10": ("peak_rss_mib", "backlog_mib", "buffered_jobs"),
 }
 RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W2": w2,

@@ -85,6 +85,7 @@ def topics_of(spec: dict[str, Any]) -> list[Topic]:
             endpoint_concurrency=t.get("endpoint_concurrency", 32),
             max_backlog=1_000_000_000,
             secret=t.get("secret", ""),
+            paused=t.get("paused", False),
         )
         for t in spec["topics"]
     ]
