@@ -125,5 +125,6 @@ async def w10(h: Harness, duration_s: float) -> dict[str, Any]:
             "backlog_mib": round(stored * W10_JOB_BYTES / 2**20),
             "groups": held["groups"],
             "buffered_jobs": held["buffered"],
+            "buffered_mib": round(held["buffered_bytes"] / 2**20, 1),
         },
     )

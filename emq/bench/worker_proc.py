@@ -127,6 +127,7 @@ class Control:
             "dead_lettered": sum(s.dead_lettered for s in stats),
             "in_flight": sum(t.in_flight for t in w.topics.values()),
             "buffered": sum(g.buffered() for g in w.groups.values()),
+            "buffered_bytes": w.fetcher.budget.used,
             "fetch_round_trips": w.fetcher.reads,
             "send_limit": w.governor.limit,
             "send_limit_lowest": w.governor.lowest,
