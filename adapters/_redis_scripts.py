@@ -55,8 +55,8 @@ end
 return ids
 """
 
-# KEYS: streams  ARGV: count, then the offset to read after, per stream
-# -> per stream, its next (up to count) entries as one flat array: offset, payload, offset, ...
+# KEYS: streams  ARGV: per stream, the offset to read after and its count
+# -> per stream, its next (up to its count) entries as one flat array: offset, payload, offset, ...
 # (a payload is false if an entry has no field 'd'). XRANGE for many queues in one call: a
 # fetch of 10 000 queues costs a few commands instead of 10 000, and the flat reply is much
 # cheaper for redis-py to take apart than XRANGE's (offset, {field: value}) pairs.
@@ -64,7 +64,7 @@ READ = """
 local out = {}
 for i = 1, #KEYS do
   local flat = {}
-  local entries = redis.call('XRANGE', KEYS[i], '(' .. ARGV[i + 1], '+', 'COUNT', ARGV[1])
+  local entries = redis.call('XRANGE', KEYS[i], '(' .. ARGV[2 * i - 1], '+', 'COUNT', ARGV[2 * i])
   for _, entry in ipairs(entries) do
     local fields, payload = entry[2], false
     for f = 1, #fields, 2 do

@@ -218,15 +218,16 @@ class MemoryQueueBackend(QueueBackend):
         return PutResult(item.job_id, offset=self._append(item.queue, item.payload))
 
     async def read(
-        self, requests: Mapping[QueueRef, Offset], count: int
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
     ) -> dict[QueueRef, list[Entry]]:
         self._open()
         out: dict[QueueRef, list[Entry]] = {}
-        if count <= 0:
-            return out
         for queue, after in requests.items():
+            n = count if isinstance(count, int) else count.get(queue, 0)
+            if n <= 0:
+                continue
             stream = self._streams.get(queue)
-            entries = stream.after(after, count) if stream else []
+            entries = stream.after(after, n) if stream else []
             if entries:
                 out[queue] = [Entry(offset, payload) for offset, payload in entries]
         return out

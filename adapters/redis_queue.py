@@ -420,20 +420,21 @@ class RedisQueueBackend(QueueBackend):
         return self._eval(self._put, keys, args)
 
     async def read(
-        self, requests: Mapping[QueueRef, Offset], count: int
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
     ) -> dict[QueueRef, list[Entry]]:
         """One READ script per Cluster slot and :data:`_READ_QUEUES` queues (see the script)."""
-        if count <= 0:
-            return {}
-        chunks = self._per_slot(requests, lambda q: self._queue_keys(q).slot, _READ_QUEUES)
+        counts = _counts(requests, count)
+        chunks = self._per_slot(counts, lambda q: self._queue_keys(q).slot, _READ_QUEUES)
         commands = [
             self._eval(
                 self._read,
                 [self._queue_keys(q).stream for q in chunk],
-                (count, *[str(requests[q]) for q in chunk]),
+                tuple(a for q in chunk for a in (str(requests[q]), counts[q])),
             )
             for chunk in chunks
         ]
+        if not commands:
+            return {}
         replies = await self._pipeline(commands, "read")
         out: dict[QueueRef, list[Entry]] = {}
         for chunk, reply in zip(chunks, replies, strict=True):
@@ -827,6 +828,15 @@ def _cursor(text: str) -> str:
         return str(Offset.parse(text))
     except ValueError:
         raise InvalidInput("cursor", f"not a ready-signal cursor: {text!r}") from None
+
+
+def _counts(
+    requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+) -> dict[QueueRef, int]:
+    """Each queue's read count (one for all, or per queue); queues asking none are left out."""
+    if isinstance(count, int):
+        return dict.fromkeys(requests, count) if count > 0 else {}
+    return {q: n for q in requests if (n := count.get(q, 0)) > 0}
 
 
 def _ready_names(reply: Any, cursor: str) -> tuple[str, list[str]]:

@@ -313,7 +313,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "all"],
+        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "all"],
         default="all",
         help="dispatch: which worker workload (default: all)",
     )

@@ -201,11 +201,12 @@ class QueueBackend(AsyncResource):
 
     @abc.abstractmethod
     async def read(
-        self, requests: Mapping[QueueRef, Offset], count: int
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
     ) -> dict[QueueRef, list[Entry]]:
         """Read up to ``count`` entries after each given offset, many queues per round trip.
 
-        Queues with nothing new are left out of the result.
+        ``count`` is one for every queue, or each queue's own (a queue missing from it, or
+        asking 0, is not read). Queues with nothing new are left out of the result.
         """
 
     @abc.abstractmethod

@@ -2,11 +2,41 @@
 
 A group is *hot* when it may have work in the store: it was just claimed, a ready signal named
 it (the API signals every group it appends to), a delayed job of it became due, or the periodic
-sweep says so. A hot group whose buffers are below their fill target is queued for a fetch; one
-fetch reads many queues in one pipelined round trip. A queue that returns fewer entries than
+sweep says so. A hot group with a queue whose buffer is at most half full is queued for a fetch;
+one fetch reads many queues in one pipelined round trip. A queue that returns fewer entries than
 asked is *exhausted*: it is not read again until the next signal for its group. So a worker
 owning 10 000 queues of which 100 are active reads only those 100, plus one sweep of everything
 every ``sweep_interval_s`` as a safety net for lost signals.
+
+Priority from Redis to the buffers (ARCHITECTURE.md invariant 5). Chosen: **per-priority fill
+targets and per-queue read counts**. Each of a group's three buffers has its own fill target
+(``buffer_seconds`` of the group's quota) and each queue asks for its own room, so:
+
+* lows can never fill the room a high needs: a high appended while the low buffer is full
+  finds its own buffer empty, its group is fetched at once on the ready signal, and the
+  dispatcher (strict or weighted, :mod:`capacity.priority`) takes it before the buffered lows;
+* a slow group that shares a read with fast ones gets its own count, not theirs (one count for
+  a whole read gave a 20 QPS group ~200 lows, and the group was not read again for seconds).
+
+The alternatives weighed: one target shared by the three buffers, lows held to a share of it
+(a full buffer of lows still blocks the read of a high until the lows drain to the mark); or
+reading highs on their own round trip (more reads for the same jobs). The cost of the choice:
+a group with all three priorities backlogged holds up to three times ``buffer_seconds`` of its
+quota, which the byte budget below bounds. After the buffers, the dispatcher hands a group's
+jobs to the senders only as its quota's tokens accrue (:mod:`capacity.rate`, a burst of a few
+tens of milliseconds), so the handoff never holds many of a group's lows ahead of its high.
+
+Memory is bounded in bytes (``EMQ_WORKER_BUFFER_BYTES``, :class:`~worker.groups.ByteBudget`):
+each read's counts are cut to what the budget's room holds at the recent bytes per job, highs
+first, then mediums, then lows; over budget, high queues still read up to
+:data:`HIGH_FLOOR` jobs each, so priority holds when memory is short. Queues cut are not
+exhausted: their groups wait in a FIFO and are queued again once the budget is below
+:data:`RESUME_AT` (checked after each read and each job dispatched).
+
+Wake-ups are not lost: a read clears ``queued_fetch`` when it is sent, so a ready signal handled
+while it is out queues the group again; its reply marks a queue exhausted only if no signal
+arrived since the read was sent (``GroupState.signals``): the signal may name a job appended
+after the read looked.
 
 Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
 index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
@@ -21,9 +51,9 @@ import time
 from collections.abc import Callable, Mapping
 
 from emq.errors import BackendUnavailable
-from emq.interfaces import Offset, QueueBackend
+from emq.interfaces import QueueBackend
 from emq.model import QueueRef
-from worker.groups import Buffered, GroupState, now_ms
+from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
 from worker.settings import WorkerSettings
 
@@ -31,6 +61,14 @@ log = logging.getLogger(__name__)
 
 MAX_QUEUES_PER_READ = 512
 MAX_ENTRIES_PER_QUEUE = 1000
+HIGH_FLOOR = 8  # jobs a high queue may read even with the byte budget spent
+RESUME_AT = 0.75  # budget-starved groups are queued again below this share of the budget
+# Bytes per job assumed until a read has shown the real size (then: the last read's average).
+# Large on purpose: a first read of hundreds of queues must not take gigabytes.
+FIRST_JOB_BYTES = 256 * 1024
+
+# One queue of one read: its group, its priority, its queue, its count, the group's signals
+Read = tuple[GroupState, int, QueueRef, int, int]
 
 
 class Fetcher:
@@ -49,17 +87,31 @@ class Fetcher:
         self._on_jobs = on_jobs
         self._wanted: list[GroupState] = []
         self._wakeup = asyncio.Event()
+        self.budget = ByteBudget(settings.buffer_bytes)
+        self._job_bytes = float(FIRST_JOB_BYTES)  # bytes per job in the last read
+        self._starved: dict[GroupState, None] = {}  # cut by the byte budget, in order
         self.reads = 0  # round trips, for metrics and benchmarks
         self.paused = False
 
     # ------------------------------------------------------------------ marking
 
     def want(self, group: GroupState) -> None:
-        """Queue ``group`` for a fetch if it is hot and below its fill target."""
+        """Queue ``group`` for a fetch if it is hot and a queue of it is below half its target.
+
+        Called for every job dispatched: O(1)."""
+        self._maybe_resume()
         if group.queued_fetch or group.stopped or not group.hot:
             return
-        if group.buffered() >= group.fill_target(self._settings.buffer_seconds) // 2:
-            return
+        b = group.buffers
+        if b is not None:
+            half = group.fill_target(self._settings.buffer_seconds) // 2
+            done = group.exhausted
+            if (
+                (done[0] or len(b[0]) > half)
+                and (done[1] or len(b[1]) > half)
+                and (done[2] or len(b[2]) > half)
+            ):
+                return
         group.queued_fetch = True
         self._wanted.append(group)
         self._wakeup.set()
@@ -67,6 +119,13 @@ class Fetcher:
     def signal(self, group: GroupState) -> None:
         group.mark_hot()
         self.want(group)
+
+    def _maybe_resume(self) -> None:
+        """Queue the groups the budget cut once it has room again (below RESUME_AT)."""
+        if self._starved and self.budget.used < self.budget.limit * RESUME_AT:
+            starved, self._starved = self._starved, {}
+            for g in starved:
+                self.want(g)
 
     # ------------------------------------------------------------------ fetching
 
@@ -81,6 +140,7 @@ class Fetcher:
                 )
                 try:
                     await self._fetch(batch)
+                    self._maybe_resume()  # nothing buffered need be dispatched to resume them
                 except BackendUnavailable as e:
                     for g in batch:
                         g.queued_fetch = False
@@ -90,41 +150,78 @@ class Fetcher:
                 self._outage.resumed("fetch")
 
     async def _fetch(self, batch: list[GroupState]) -> None:
-        requests: dict[QueueRef, Offset] = {}
-        owners: dict[QueueRef, tuple[GroupState, int]] = {}
-        count = 1
-        for g in batch:
-            g.queued_fetch = False
-            if g.stopped:
-                continue
-            room = g.fill_target(self._settings.buffer_seconds) - g.buffered()
-            count = max(count, min(room, MAX_ENTRIES_PER_QUEUE))
-            for i, (q, p) in enumerate(g.progress.items()):
-                if not g.exhausted[i]:
-                    requests[q] = p.last_fetched
-                    owners[q] = (g, i)
-        if not requests:
+        reads = self._within_budget(self._plan(batch))
+        if not reads:
             return
+        requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
         self.reads += 1
-        found = await self._queues.read(requests, count)
+        found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
         mono = time.monotonic()
-        touched: set[GroupState] = set()
-        for q, (g, i) in owners.items():
-            entries = found.get(q, [])
-            if len(entries) < count:
-                g.exhausted[i] = True
+        touched: dict[GroupState, None] = {}
+        jobs = size = 0
+        for g, i, q, count, signals in reads:
+            entries = found.get(q, ())
+            if len(entries) < count and g.signals == signals:
+                g.exhausted[i] = True  # (a signal since the read was sent may name a new job)
             if g.stopped or not entries:
                 continue
             progress, buffer = g.progress[q], g.filling()[i]
             for e in entries:
                 progress.fetched(e.offset)
                 buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
-            touched.add(g)
-        for g in {g for g, _ in owners.values()}:
+                size += len(e.payload)
+            jobs += len(entries)
+            touched[g] = None
+        self._account(jobs, size)
+        for g in {g: None for g, *_ in reads}:
             if all(g.exhausted):
                 g.hot = False
         for g in touched:
             self._on_jobs(g)
+
+    def _plan(self, batch: list[GroupState]) -> list[Read]:
+        """Each queue of ``batch`` not exhausted and at most half full, with its room."""
+        reads: list[Read] = []
+        for g in batch:
+            g.queued_fetch = False
+            if g.stopped:
+                continue
+            target = g.fill_target(self._settings.buffer_seconds)
+            held = [len(b) for b in g.buffers] if g.buffers is not None else [0, 0, 0]
+            for i, q in enumerate(g.progress):
+                room = target - held[i]
+                if not g.exhausted[i] and room >= target - target // 2:
+                    reads.append((g, i, q, min(room, MAX_ENTRIES_PER_QUEUE), g.signals))
+        return reads
+
+    def _within_budget(self, reads: list[Read]) -> list[Read]:
+        """Cut the counts to what the byte budget's room holds at the recent bytes per job:
+        highs first, then mediums, then lows, each priority's part split evenly among its
+        queues (one each to the first ones when it is short; a queue found empty drops out of
+        the next read, and its part with it). A high queue reads up to HIGH_FLOOR jobs outside
+        the budget. Groups cut wait in ``_starved``."""
+        left = int(self.budget.room() / self._job_bytes)
+        if left >= sum(r[3] for r in reads):
+            return reads
+        kept: list[Read] = []
+        for priority in range(3):
+            tier = [r for r in reads if r[1] == priority]
+            share, extra = divmod(max(0, left), len(tier)) if tier else (0, 0)
+            for k, (g, i, q, count, signals) in enumerate(tier):
+                n = min(count, share + (k < extra))
+                left -= n
+                if priority == 0:
+                    n = max(n, min(count, HIGH_FLOOR))
+                if n > 0:
+                    kept.append((g, i, q, n, signals))
+                if n < count:
+                    self._starved[g] = None
+        return kept
+
+    def _account(self, jobs: int, size: int) -> None:
+        self.budget.used += size
+        if jobs:
+            self._job_bytes = max(1.0, size / jobs)
 
     # ------------------------------------------------------------------ signals
 

@@ -177,10 +177,30 @@ class TopicState:
 Buffers = tuple[deque[Buffered], deque[Buffered], deque[Buffered]]
 
 
+class ByteBudget:
+    """The payload bytes a worker holds in its buffers, against ``EMQ_WORKER_BUFFER_BYTES``.
+
+    Counted when a fetch appends jobs and released when the dispatcher takes them (a job in
+    flight is bounded by ``max_in_flight`` instead) or when buffers are dropped; a job handed
+    back to its buffer is counted again. The fetcher reads less, then nothing but highs, as
+    ``used`` nears ``limit`` (see :mod:`worker.fetch`).
+    """
+
+    __slots__ = ("limit", "used")
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.used = 0
+
+    def room(self) -> int:
+        return self.limit - self.used
+
+
 class GroupState:
     """One owned group: three buffers sharing one QPS counter."""
 
     __slots__ = (
+        "budget",
         "buffers",
         "counter",
         "dropped",
@@ -193,6 +213,7 @@ class GroupState:
         "queued_fetch",
         "ref",
         "scheduled",
+        "signals",
         "stopped",
         "topic",
     )
@@ -204,6 +225,7 @@ class GroupState:
         topic: TopicState,
         qps: int,
         checkpoints: list[Checkpoint | None],
+        budget: ByteBudget | None = None,
     ) -> None:
         self.ref = ref
         self.epoch = epoch
@@ -218,6 +240,10 @@ class GroupState:
         }
         self.exhausted = [False, False, False]  # last fetch found nothing more in the queue
         self.hot = True  # may have work in the store
+        # Ready signals (and sweeps) so far: a read sent before the latest one may not mark a
+        # queue exhausted, the signal may name a job appended after the read (worker.fetch).
+        self.signals = 0
+        self.budget = budget if budget is not None else ByteBudget(1 << 62)
         self.queued_fetch = False
         self.scheduled = False  # in the dispatcher's heap
         self.stopped = False  # being released: no more fetching or dispatching
@@ -245,7 +271,7 @@ class GroupState:
         return self.buffers
 
     def fill_target(self, buffer_seconds: float) -> int:
-        """How many jobs to hold: about ``buffer_seconds`` of the group's quota."""
+        """How many jobs to hold per priority: about ``buffer_seconds`` of the group's quota."""
         return max(8, int(self.counter.qps * buffer_seconds))
 
     def oldest_wait_s(self, now: float) -> list[float]:
@@ -254,10 +280,13 @@ class GroupState:
     def mark_hot(self) -> None:
         self.hot = True
         self.exhausted = [False, False, False]
+        self.signals += 1
 
     def drop_buffers(self) -> int:
         """Forget every buffered (not in-flight) job; they will be fetched again."""
         n = self.buffered()
+        if self.buffers is not None:
+            self.budget.used -= sum(len(item.payload) for b in self.buffers for item in b)
         self.buffers = None
         return n
 

@@ -311,9 +311,8 @@ class Worker:
                      ref, CONTESTED_WAIT_S)  # fmt: skip
             await asyncio.sleep(CONTESTED_WAIT_S)
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
-        group = GroupState(
-            ref, epoch, topic, quota[ref.index] if ref.index < len(quota) else 1, checkpoints
-        )
+        qps = quota[ref.index] if ref.index < len(quota) else 1
+        group = GroupState(ref, epoch, topic, qps, checkpoints, self.fetcher.budget)
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
@@ -396,6 +395,7 @@ class Worker:
         self.dispatcher.wake(group, time.monotonic())
 
     def _send(self, group: GroupState, item: Buffered) -> None:
+        self.fetcher.budget.used -= len(item.payload)  # out of the buffers (see ByteBudget)
         group.topic.in_flight += 1
         group.in_flight += 1
         self._sends.put_nowait((group, item))
@@ -498,6 +498,7 @@ class Worker:
             while at < len(buffer) and buffer[at].offset < item.offset:
                 at += 1
             buffer.insert(at, item)
+            group.budget.used += len(item.payload)
             self.dispatcher.wake(group, time.monotonic())
         return False
 

@@ -24,6 +24,7 @@ class WorkerSettings:
     request_timeout_s: float = 10.0
     max_response_bytes: int = 64 * 1024
     buffer_seconds: float = 2.0  # fetch about this many seconds of a group's quota ahead
+    buffer_bytes: int = 256 * 1024 * 1024  # payload bytes held in buffers at most (worker.fetch)
     tick_s: float = 0.005  # dispatcher period
     checkpoint_interval_s: float = 1.0
     history_interval_s: float = 10.0
@@ -43,6 +44,10 @@ class WorkerSettings:
             raise ConfigError(
                 f"EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS ({self.senders}),"
                 f" got {self.max_in_flight}"
+            )
+        if self.buffer_bytes < 1024 * 1024:
+            raise ConfigError(
+                f"EMQ_WORKER_BUFFER_BYTES must be at least 1048576 (1 MiB), got {self.buffer_bytes}"
             )
         if self.retain_entries < -1:
             raise ConfigError(

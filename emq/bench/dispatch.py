@@ -31,6 +31,8 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   settings (request timeout 10 s); from 4 s after the first delivery (the worker opens 3200
   connections at start) over at least 12 s (the first timeouts and their retries inside), the
   healthy topics' delivered/s against their quota.
+* **W9** priority under backlog and **W10** memory bounded in bytes: see
+  :mod:`emq.bench.priority`.
 
 This machine class is shared and noisy: every result carries ``contention``, the CPU that other
 processes took meanwhile, and the CPU figures are the worker's own (``/proc``), not wall time.
@@ -49,6 +51,7 @@ import uvloop
 
 from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
+from emq.bench.priority import w9, w10
 from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b
 from emq.errors import EmqError
 
@@ -65,6 +68,8 @@ SUMMARY_EXTRA = {
     "W5": ("p50_ms", "samples"),
     "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
     "W6b": ("healthy_second_ratio_min", "slow_per_s", "worker_status.senders_most"),
+    "W9": ("high_p50_ms", "highs_delivered"),
+    "W10": ("peak_rss_mib", "backlog_mib", "buffered_jobs"),
 }
 RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W2": w2,
@@ -74,6 +79,8 @@ RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W5": w5,
     "W6": w6,
     "W6b": w6b,
+    "W9": w9,
+    "W10": w10,
 }
 
 
@@ -84,7 +91,7 @@ def plan(workload: str, noop: bool) -> list[str]:
             raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
         return ["W2-noop"]
     if workload == "all":
-        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b"]
+        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10"]
     if workload not in WORKLOADS:
         raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
     return [workload]

@@ -85,6 +85,7 @@ def topics_of(spec: dict[str, Any]) -> list[Topic]:
             endpoint_concurrency=t.get("endpoint_concurrency", 32),
             max_backlog=1_000_000_000,
             secret=t.get("secret", ""),
+            paused=t.get("paused", False),
         )
         for t in spec["topics"]
     ]
@@ -126,6 +127,7 @@ class Control:
             "dead_lettered": sum(s.dead_lettered for s in stats),
             "in_flight": sum(t.in_flight for t in w.topics.values()),
             "buffered": sum(g.buffered() for g in w.groups.values()),
+            "buffered_bytes": w.fetcher.budget.used,
             "fetch_round_trips": w.fetcher.reads,
             "send_limit": w.governor.limit,
             "send_limit_lowest": w.governor.lowest,

@@ -35,7 +35,7 @@ from emq.errors import EmqError
 from emq.model import PRIORITIES, Priority
 from worker.settings import WorkerSettings
 
-WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b")
+WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10")
 TARGETS: dict[str, dict[str, tuple[str, float]]] = {
     "W2": {"jobs_per_s": (">=", 10_000), "ratio": (">=", 0.75)},
     "W2-noop": {"cpu_us_per_job": ("<=", 15)},
@@ -44,6 +44,8 @@ TARGETS: dict[str, dict[str, tuple[str, float]]] = {
     "W5": {"p99_ms": ("<=", 20)},
     "W6": {"healthy_vs_no_hang": (">=", 0.95)},
     "W6b": {"healthy_vs_quota": (">=", 0.95)},
+    "W9": {"high_p99_ms": ("<=", 200)},  # 1/qps + 150 ms at 20 QPS (emq.bench.priority)
+    "W10": {"rss_over_budget_mib": ("<=", 150)},
 }
 SENDERS = WorkerSettings().senders
 

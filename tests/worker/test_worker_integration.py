@@ -54,6 +54,35 @@ async def test_highs_injected_later_overtake_the_backlogged_lows(
     assert order.count(False) < 300  # lows remained when the highs went
 
 
+async def test_each_high_is_delivered_within_a_token_of_its_enqueue_beside_busy_topics(
+    stack: Stack, sink: Sink, worker_process: Any
+) -> None:
+    """2000 lows backlogged on a 20 QPS topic, five 100 QPS topics backlogged beside it (they
+    share its reads): each high enqueued later goes out within 1/qps + 300 ms of its enqueue,
+    not behind the buffered lows (invariant 5, at every stage)."""
+    await stack.topic("p", 20)
+    await stack.enqueue("p", jobs(sink, "p", 2000, priority="low"))
+    for i in range(5):
+        await stack.topic(f"busy{i}", 100)
+        await stack.enqueue(f"busy{i}", jobs(sink, f"busy{i}", 1500))
+    worker = worker_process()
+    assert await sink.wait_for(lambda: len(sink.of("p")) >= 40, 15), worker.log()
+    enqueued: dict[str, float] = {}
+    for _ in range(10):  # highs arriving at 2/s (the pacing of the feed, not a wait)
+        at = time.time()
+        (job_id,) = await stack.enqueue("p", jobs(sink, "p", 1, priority="high"))
+        enqueued[job_id] = at
+        await asyncio.sleep(0.5)
+    assert await sink.wait_for(lambda: set(enqueued) <= {d.job_id for d in sink.of("p")}, 10)
+    late = {
+        d.job_id: round(d.at - enqueued[d.job_id], 3)
+        for d in sink.of("p")
+        if d.job_id in enqueued and d.at - enqueued[d.job_id] > 1 / 20 + 0.3
+    }
+    assert not late, late
+    assert len(sink.of("p")) < 2000 + 10  # lows remained backlogged throughout
+
+
 async def test_signed_deliveries_verify_with_standardwebhooks(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
