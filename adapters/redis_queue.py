@@ -164,6 +164,24 @@ def _translated(what: str) -> Iterator[None]:
         if _is_unreachable_cluster(e):
             raise BackendUnavailable(f"redis cluster unreachable during {what}: {e}") from e
         raise
+    except (AttributeError, TypeError) as e:
+        if not _is_closed_transport(e):
+            raise
+        raise BackendUnavailable(f"redis connection closed during {what}: {e}") from e
+
+
+def _is_closed_transport(error: Exception) -> bool:
+    """redis-py (8.1 and master) lets a write on a connection the peer has closed leak asyncio's
+    torn-down transport as ``AttributeError``/``TypeError`` about ``None`` instead of a
+    ConnectionError (redis/redis-py#4287; seen here in a Cluster failover). Only errors raised
+    inside redis-py or asyncio count: the same error from our own code stays a bug."""
+    if "NoneType" not in str(error):
+        return False
+    tb = error.__traceback__
+    while tb is not None and tb.tb_next is not None:
+        tb = tb.tb_next
+    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
+    return "/redis/" in where or "/asyncio/" in where
 
 
 class RedisQueueBackend(QueueBackend):

@@ -9,7 +9,7 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from adapters.redis_queue import connect
+from adapters.redis_queue import _translated, connect
 from emq.errors import BackendUnavailable, Fenced
 from emq.interfaces import ZERO_OFFSET, DeadLetter, PutItem
 from emq.model import GroupRef, Namespace, Priority, TopicRef
@@ -130,3 +130,14 @@ async def test_a_restarted_redis_keeps_everything_and_serves_again(
                 await backend.write_checkpoint(q, more[0].offset, 3)
     finally:
         server.stop()
+
+
+def test_a_closed_transport_leaked_by_the_driver_reads_as_unavailable() -> None:
+    """redis/redis-py#4287: a write on a connection the peer closed raises asyncio's torn-down
+    transport as AttributeError; at our seam that is "Redis unavailable", while the same error
+    raised by our own code stays what it is (a bug)."""
+    leak = compile("None.writelines([])", "/venv/lib/python3.11/asyncio/streams.py", "exec")
+    with pytest.raises(BackendUnavailable, match="connection closed during put"), _translated("put"):
+        exec(leak)
+    with pytest.raises(AttributeError), _translated("put"):
+        None.writelines([])  # type: ignore[attr-defined]
