@@ -137,7 +137,8 @@ def test_a_closed_transport_leaked_by_the_driver_reads_as_unavailable() -> None:
     transport as AttributeError; at our seam that is "Redis unavailable", while the same error
     raised by our own code stays what it is (a bug)."""
     leak = compile("None.writelines([])", "/venv/lib/python3.11/asyncio/streams.py", "exec")
-    with pytest.raises(BackendUnavailable, match="connection closed during put"), _translated("put"):
+    closed = pytest.raises(BackendUnavailable, match="connection closed during put")
+    with closed, _translated("put"):
         exec(leak)
     with pytest.raises(AttributeError), _translated("put"):
         None.writelines([])  # type: ignore[attr-defined]
