@@ -29,6 +29,7 @@ from emq.model import (
     Topic,
     TopicRef,
 )
+from worker.keys import KeyLines
 from worker.progress import Progress
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
@@ -49,6 +50,7 @@ class Buffered:
         "_decoded",
         "_envelope",
         "fetched_at",
+        "key",
         "offset",
         "payload",
         "progress",
@@ -70,6 +72,7 @@ class Buffered:
         self.fetched_at = fetched_at  # monotonic
         self.progress = progress  # its queue's window (no lookup by queue when it finishes)
         self.second = -1  # the wall-clock second its quota was reserved in (by the dispatcher)
+        self.key: str | None = None  # its job's key, once the dispatcher has read it
         self._decoded: dict[str, Any] | None = None
         self._envelope: Envelope | None = None
 
@@ -78,6 +81,12 @@ class Buffered:
         if decoded is None:
             decoded = self._decoded = orjson.loads(self.payload)
         return decoded
+
+    def read_key(self) -> str | None:
+        """Its job's ``key`` (decodes the payload: the push that follows needs it anyway)."""
+        key: str | None = self._json()["job"].get("key")
+        self.key = key
+        return key
 
     @property
     def delivery(self) -> Delivery:
@@ -188,6 +197,7 @@ class GroupState:
         "exhausted",
         "hot",
         "in_flight",
+        "keys",
         "planner",
         "progress",
         "queued_fetch",
@@ -223,6 +233,7 @@ class GroupState:
         self.stopped = False  # being released: no more fetching or dispatching
         self.dropped = False  # fenced or gone: no more writes either
         self.in_flight = 0
+        self.keys: KeyLines | None = None  # keys in flight (worker.keys), from the first keyed job
         self.planner = self._planner(topic.topic)
 
     @staticmethod
@@ -259,6 +270,7 @@ class GroupState:
         """Forget every buffered (not in-flight) job; they will be fetched again."""
         n = self.buffered()
         self.buffers = None
+        self.keys = None  # its parked jobs go too (still unfinished: fetched again)
         return n
 
     def queues(self) -> tuple[QueueRef, ...]:

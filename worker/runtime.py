@@ -115,6 +115,7 @@ class Worker:
             stuck_s=self.governor.stuck_s,
             timeout_s=settings.request_timeout_s,
             period_s=self.governor.period_s,
+            keyed_done=self.dispatcher.keyed_done,
         )
         self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
@@ -498,6 +499,7 @@ class Worker:
             while at < len(buffer) and buffer[at].offset < item.offset:
                 at += 1
             buffer.insert(at, item)
+            item.second = -1  # handed back unsent: still its key's next (Dispatcher.keyed_done)
             self.dispatcher.wake(group, time.monotonic())
         return False
 
