@@ -83,10 +83,14 @@ class Buffered:
         return decoded
 
     def read_key(self) -> str | None:
-        """Its job's ``key`` (decodes the payload: the push that follows needs it anyway)."""
-        key: str | None = self._json()["job"].get("key")
-        self.key = key
-        return key
+        """Its job's ``key`` (decodes the payload: the push that follows needs it anyway). An
+        unreadable entry has none here: its push fails the same way and dead-letters it."""
+        try:
+            key = self._json()["job"].get("key")
+        except Exception:  # (a try costs nothing until it catches)
+            return None
+        self.key = key if isinstance(key, str) else None
+        return self.key
 
     @property
     def delivery(self) -> Delivery:
