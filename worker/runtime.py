@@ -315,6 +315,11 @@ class Worker:
         group = GroupState(
             ref, epoch, topic, quota[ref.index] if ref.index < len(quota) else 1, checkpoints
         )
+        if any(c is not None for c in checkpoints):
+            # Worked before, maybe by another worker until just now: its sends of the last
+            # second are in every receiver's window, and this counter never saw them (see
+            # capacity.rate, Handover). A group new to everyone starts at once.
+            group.counter.quiet(time.time())
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
