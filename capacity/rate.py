@@ -106,6 +106,25 @@ class QpsCounter:
             self._log.pop()
         self._tokens = min(self.burst, self._tokens + unused)
 
+    def restamp(self, granted_at: float, now: float) -> bool:
+        """A grant made at ``granted_at`` is used only now (its job waited for a sender): move
+        its stamp to ``now``, so the log counts it where the receiver sees it. Always possible
+        while the old stamp is in the last window (every window holding ``now`` held it too),
+        and free (no token: it was paid); a grant older than a window is gone from the log,
+        and this is a new :meth:`reserve` of one. False: no budget now."""
+        now = self._advance(now)
+        self._log_room(now)  # (drops stamps a window old)
+        log = self._log
+        if log and log[0] <= granted_at <= log[-1]:
+            try:
+                log.remove(granted_at)
+            except ValueError:
+                pass
+            else:
+                log.append(now)
+                return True
+        return self.reserve(1, now) == 1
+
     def quiet(self, now: float) -> None:
         """Count the last window as full (see "Handover" in the module docstring)."""
         self._advance(now)

@@ -96,7 +96,7 @@ class Dispatcher:
         room = group.topic.room()
         want = min(available, room, budget)
         granted = group.counter.reserve(want, wall) if want > 0 else 0
-        taken = self._take(group, granted, int(wall), mono) if granted else 0
+        taken = self._take(group, granted, wall, mono) if granted else 0
         if granted > taken:
             group.counter.rollback(granted - taken, wall)
         if group.buffered():
@@ -111,7 +111,7 @@ class Dispatcher:
         # Quota-limited: come back when the next token has accrued.
         return max(self._tick_s, 1.0 / max(1, group.counter.qps))
 
-    def _take(self, group: GroupState, budget: int, second: int, mono: float) -> int:
+    def _take(self, group: GroupState, budget: int, wall: float, mono: float) -> int:
         buffers = group.buffers
         assert buffers is not None  # _serve takes only from a group with jobs
         available = [len(b) for b in buffers]
@@ -129,7 +129,7 @@ class Dispatcher:
                         buffer.appendleft(item)
                         break
                     continue  # parked behind its key's job in flight
-                item.second = second  # a sender that takes it in a later second re-reserves
+                item.reserved_at = wall  # a sender that takes it late moves its stamp
                 self._send(group, item)
                 n -= 1
                 taken += 1
@@ -137,13 +137,13 @@ class Dispatcher:
 
     def keyed_done(self, group: GroupState, item: Buffered) -> None:
         """The push of a keyed job ended (delivered, handed to retry or the DLQ, or handed back
-        to its buffer unsent, ``second`` < 0: Worker._reserve_again): let its key's next job go
+        to its buffer unsent, ``reserved_at`` < 0: Worker._reserve_again): let its key's next job go
         (see worker.keys)."""
         lines, buffers = group.keys, group.buffers
         if lines is None or buffers is None or group.stopped:
             return  # released or dropped: its parked jobs went with the buffers
         assert item.key is not None
-        if item.second < 0:
+        if item.reserved_at < 0:
             lines.handed_back(item.key, item)
             return
         nxt = lines.done(item.key)

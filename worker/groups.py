@@ -55,7 +55,7 @@ class Buffered:
         "payload",
         "progress",
         "queue",
-        "second",
+        "reserved_at",
     )
 
     def __init__(
@@ -71,7 +71,7 @@ class Buffered:
         self.payload = payload
         self.fetched_at = fetched_at  # monotonic
         self.progress = progress  # its queue's window (no lookup by queue when it finishes)
-        self.second = -1  # the wall-clock second its quota was reserved in (by the dispatcher)
+        self.reserved_at = -1.0  # wall-clock time its quota was reserved at (-1: not reserved)
         self.key: str | None = None  # its job's key, once the dispatcher has read it
         self._decoded: dict[str, Any] | None = None
         self._envelope: Envelope | None = None

@@ -60,6 +60,9 @@ from worker.signing import signature_headers
 
 log = logging.getLogger(__name__)
 
+# A job sent more than this after its quota was reserved has its grant moved to its send time
+# (see _reserve_again): a receiver's window may see at most qps * LATE_S sends over the quota.
+LATE_S = 0.01
 MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
 CLAIM_CONCURRENCY = 64
@@ -457,7 +460,7 @@ class Worker:
         if not self.assignment.may_dispatch() and not await self._cleared(group):
             return
         now = time.time()
-        if int(now) != item.second and not self._reserve_again(group, item, now):
+        if now - item.reserved_at > LATE_S and not self._reserve_again(group, item, now):
             return
         job = item.delivery
         state = group.topic
@@ -490,12 +493,13 @@ class Worker:
             self.outcomes.failed(group, item, result)
 
     def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
-        """A job whose quota was reserved in an earlier wall-clock second than it is sent in (a
-        slow loop, senders all busy) is charged to this second instead, or, with this second's
-        budget spent, goes back to the front of its buffer: a reservation never leaks into the
-        next second, whatever the loop's speed (a receiver counting per second would see it)."""
-        if group.counter.reserve(1, now):
-            item.second = int(now)
+        """A job sent more than LATE_S after its quota was reserved (a slow loop, senders all
+        busy) has its grant moved to now (QpsCounter.restamp: free while the grant is less than
+        a second old), or, a second late with no budget left, goes back to its buffer in offset
+        order: a reservation never lands outside the window it was counted in, whatever the
+        loop's speed (a receiver counting any 1000 ms would see it)."""
+        if group.counter.restamp(item.reserved_at, now):
+            item.reserved_at = now
             return True
         buffers = group.buffers
         if buffers is not None and not group.stopped:
@@ -504,7 +508,7 @@ class Worker:
             while at < len(buffer) and buffer[at].offset < item.offset:
                 at += 1
             buffer.insert(at, item)
-            item.second = -1  # handed back unsent: still its key's next (Dispatcher.keyed_done)
+            item.reserved_at = -1.0  # handed back unsent: still its key's next (keyed_done)
             self.dispatcher.wake(group, time.monotonic())
         return False
 

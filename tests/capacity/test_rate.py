@@ -138,3 +138,34 @@ def test_the_clock_stepping_back_far_does_not_stall() -> None:
     assert c.reserve(10, 100.0) == 5
     assert c.reserve(10, 100.5) == 0
     assert c.reserve(10, 50.0) >= 1  # a minute back: the log is emptied
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.integers(1, 40),
+    steps=st.lists(
+        st.tuples(st.floats(0, 0.4), st.integers(0, 30), st.integers(0, 30), st.integers(0, 5)),
+        min_size=1,
+        max_size=100,
+    ),
+)
+def test_moved_grants_keep_every_window_within_the_quota(
+    qps: int, steps: list[tuple[float, int, int, int]]
+) -> None:
+    """Reserves, rollbacks and grants moved to a later send time (restamp), at any times: the
+    grants where they finally count never put more than qps in any one-second window."""
+    c = QpsCounter(qps, burst_s=0.5)
+    grants: list[float] = []
+    t = 1_700_000_000.25
+    for dt, want, back, move in steps:
+        t += dt
+        grants += [t] * c.reserve(want, t)
+        back = min(back, len(grants))
+        c.rollback(back, t)
+        del grants[len(grants) - back :]
+        for old in sorted(set(grants))[:move]:  # the oldest grants are sent only now
+            grants.remove(old)
+            if c.restamp(old, t):
+                grants.append(t)
+        grants.sort()
+    assert _max_window(grants) <= qps

@@ -1,4 +1,5 @@
-"""Order per key in the dispatcher: one job of a key in flight, parked jobs skip nobody else."""
+"""Order per key in the dispatcher (one job of a key in flight, parked jobs skip nobody else),
+and a late job's quota grant moved to when it is sent (Worker._reserve_again)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from worker.dispatch import PARKED_MIN, Dispatcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.keys import KeyLines
 from worker.progress import Progress
+from worker.runtime import Worker
 
 WALL = 1_700_000_000.5
 
@@ -90,7 +92,7 @@ def test_unkeyed_jobs_never_make_key_lines() -> None:
 
 
 def test_a_job_handed_back_unsent_stays_its_keys_next() -> None:
-    """Worker._reserve_again puts a job back in its buffer (second = -1) and its push ends:
+    """Worker._reserve_again puts a job back in its buffer (reserved_at = -1) and its push ends:
     the key stays held by it, the parked job behind it does not overtake it."""
     rec = Recorder()
     d = Dispatcher(rec, 0.005)
@@ -99,7 +101,7 @@ def test_a_job_handed_back_unsent_stays_its_keys_next() -> None:
     go(d, g, 100, WALL)
     assert rec.sent == [items[0]]
     g.buffers[1].appendleft(items[0])  # type: ignore[index]
-    items[0].second = -1
+    items[0].reserved_at = -1.0
     finish(d, g, items[0])
     assert list(g.buffers[1]) == [items[0]]  # type: ignore[index]
     go(d, g, 100, WALL + 0.5)
@@ -134,3 +136,42 @@ def test_key_lines_states() -> None:
     assert lines.admit("k", b) is True
     assert lines.done("k") is c and lines.admit("k", c) is True
     assert lines.done("k") is None and len(lines) == 0 and lines.parked == 0
+
+
+# ------------------------------------------------------------------ Worker._reserve_again
+
+
+class _Worker:
+    """What Worker._reserve_again uses of its worker: the dispatcher."""
+
+    def __init__(self) -> None:
+        self.dispatcher = Dispatcher(Recorder(), 0.005)
+
+
+def test_a_job_sent_late_moves_its_grant_to_its_send_time() -> None:
+    g = group("late", qps=10)
+    g.counter.burst_s = 1.0  # (the whole quota at once)
+    (item,) = fill(g, [None])
+    g.buffers[1].clear()  # type: ignore[index]
+    assert g.counter.reserve(10, 100.0) == 10
+    item.reserved_at = 100.0
+    assert Worker._reserve_again(_Worker(), g, item, 100.4)  # type: ignore[arg-type]
+    assert item.reserved_at == 100.4
+    # The grant counts at 100.4, where the receiver sees it: at 101.0 only nine are free.
+    assert g.counter.reserve(10, 101.0) == 9
+    assert g.counter.reserve(10, 101.4) == 1
+
+
+def test_a_job_a_second_late_without_budget_goes_back_to_its_buffer_in_offset_order() -> None:
+    g = group("later", qps=10)
+    g.counter.burst_s = 1.0
+    first, item, last = fill(g, [None, None, None])
+    g.buffers[1].remove(item)  # type: ignore[index]
+    assert g.counter.reserve(1, 100.0) == 1  # the late job's grant
+    item.reserved_at = 100.0
+    assert g.counter.reserve(9, 100.9) == 9
+    assert g.counter.reserve(9, 101.1) == 1  # ten in the window up to 101.2: none left
+    w = _Worker()
+    assert not Worker._reserve_again(w, g, item, 101.2)  # type: ignore[arg-type]
+    assert list(g.buffers[1]) == [first, item, last]  # type: ignore[index]
+    assert item.reserved_at == -1.0 and g.scheduled  # woken: dispatched when budget comes
