@@ -379,7 +379,7 @@ async def _w10_run(h: Harness, jobs: int, *, keyed: bool) -> dict[str, Any]:
                 q = ref.group(g).queue(Priority.MEDIUM)
                 yield job_item(q, f"{url}{t}?k={key}&n={n}", key=key)
 
-    jobs = await preload(backend, items())
+    jobs = await preload(backend, items(), parallel=1)  # (in order: n is the enqueue order)
     worker = await start_worker(h, "w10", {"topics": topic_specs(W10_TOPICS, W10_QPS)})
     with stopping(worker):
         used, _ = await _drain(h, worker, jobs)
@@ -387,19 +387,23 @@ async def _w10_run(h: Harness, jobs: int, *, keyed: bool) -> dict[str, Any]:
     span = stats["last_at"] - stats["first_at"]
     last: dict[tuple[str, str], int] = {}
     inversions = 0
-    for _, topic, _, _, query in await h.sink_log():
+    examples = []
+    for at, topic, _, _, query in await h.sink_log():
         fields = dict(p.partition("=")[::2] for p in query.split("&"))
         if fields.get("k", "None") == "None":
             continue
         n = int(fields["n"])
         if n < last.get((topic, fields["k"]), -1):
             inversions += 1
+            if len(examples) < 5:
+                examples.append([topic, fields["k"], last[(topic, fields["k"])], n, at])
         last[(topic, fields["k"])] = n
     return {
         "jobs": jobs,
         "jobs_per_s": round(stats["requests"] / span, 1) if span > 0 else 0.0,
         "worker_cpu_us_per_job": round(used["worker"] / jobs * 1e6, 1),
         "inversions": inversions if keyed else None,
+        "inversion_examples": examples,
     }
 
 
