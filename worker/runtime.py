@@ -62,7 +62,7 @@ log = logging.getLogger(__name__)
 
 # A job sent more than this after its quota was reserved has its grant moved to its send time
 # (see _reserve_again): a receiver's window may see at most qps * LATE_S sends over the quota.
-LATE_S = 0.01
+LATE_S = 0.005
 MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
 CLAIM_CONCURRENCY = 64
