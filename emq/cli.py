@@ -201,7 +201,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.name == "dispatch":
         from emq.bench import dispatch
 
-        result = dispatch.run(args.workload, noop=args.noop, duration_s=args.duration_s)
+        result = dispatch.run(
+            args.workload,
+            noop=args.noop,
+            duration_s=args.duration_s,
+            competitor=args.competitor,
+        )
         print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
         return 0
     from emq.bench import enqueue
@@ -312,8 +317,13 @@ def build_parser() -> argparse.ArgumentParser:
         "hanging,poison; default all)",
     )
     bench.add_argument(
+        "--competitor",
+        action="store_true",
+        help="dispatch W3: run a busy-loop process beside the worker (pacing under CPU theft)",
+    )
+    bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "all"],
+        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11", "all"],
         default="all",
         help="dispatch: which worker workload (default: all)",
     )

@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import time
 from collections import deque
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from capacity.priority import plan_strict
-from worker.groups import Buffered, GroupState
+from worker.groups import Buffered, GroupState, priority_index
+from worker.keys import KeyLines
 
 Send = Callable[[GroupState, Buffered], None]
 
@@ -39,6 +41,10 @@ IDLE_WAIT_S = 0.1  # with nothing to dispatch, the loop still runs this often
 # second or more, and 100 such groups looked at every tick cost 5% of a core for nothing.
 SLOW_FULL_WAIT_S = 0.05
 SLOW_SEEN_S = 1.0
+# Keyed jobs parked behind their key's job in flight, per group, before the dispatcher leaves
+# the next one in its buffer instead (and so stops the fetcher too): the larger of this and 2 s
+# of the group's quota.
+PARKED_MIN = 256
 
 
 class Dispatcher:
@@ -90,7 +96,7 @@ class Dispatcher:
         room = group.topic.room()
         want = min(available, room, budget)
         granted = group.counter.reserve(want, wall) if want > 0 else 0
-        taken = self._take(group, granted, int(wall), mono) if granted else 0
+        taken = self._take(group, granted, wall, mono) if granted else 0
         if granted > taken:
             group.counter.rollback(granted - taken, wall)
         if group.buffered():
@@ -105,7 +111,7 @@ class Dispatcher:
         # Quota-limited: come back when the next token has accrued.
         return max(self._tick_s, 1.0 / max(1, group.counter.qps))
 
-    def _take(self, group: GroupState, budget: int, second: int, mono: float) -> int:
+    def _take(self, group: GroupState, budget: int, wall: float, mono: float) -> int:
         buffers = group.buffers
         assert buffers is not None  # _serve takes only from a group with jobs
         available = [len(b) for b in buffers]
@@ -115,12 +121,51 @@ class Dispatcher:
             plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
         taken = 0
         for buffer, n in zip(buffers, plan, strict=True):
-            for _ in range(n):
+            while n and buffer:
                 item = buffer.popleft()
-                item.second = second  # a sender that takes it in a later second re-reserves
+                key = item.read_key()
+                if key is not None and not self._admit(group, key, item):
+                    if item.key is None:  # held: the rest of this buffer waits
+                        buffer.appendleft(item)
+                        break
+                    continue  # parked behind its key's job in flight
+                item.reserved_at = wall  # a sender that takes it late moves its stamp
                 self._send(group, item)
-            taken += n
+                n -= 1
+                taken += 1
         return taken
+
+    def keyed_done(self, group: GroupState, item: Buffered) -> None:
+        """The push of a keyed job ended (delivered, handed to retry or the DLQ, or handed back
+        to its buffer unsent, ``reserved_at`` < 0: Worker._reserve_again): let its key's next job go
+        (see worker.keys)."""
+        lines, buffers = group.keys, group.buffers
+        if lines is None or buffers is None or group.stopped:
+            return  # released or dropped: its parked jobs went with the buffers
+        assert item.key is not None
+        if item.reserved_at < 0:
+            lines.handed_back(item.key, item)
+            return
+        nxt = lines.done(item.key)
+        if isinstance(nxt, Buffered):
+            buffers[priority_index(nxt.queue)].appendleft(nxt)  # the oldest of its key
+            self.wake(group, time.monotonic())
+
+    @staticmethod
+    def _admit(group: GroupState, key: str, item: Buffered) -> bool:
+        """May a keyed job go now (see worker.keys)? One that may not is parked (it blocks
+        neither other keys nor other groups), or, with PARKED_MIN jobs and 2 s of the group's
+        quota parked already, *held*: left at the head of its buffer (its ``key`` cleared to
+        say so), so that parked jobs (and the fetches that would follow) cannot grow unbounded."""
+        lines = group.keys
+        if lines is None:
+            lines = group.keys = KeyLines()
+        park = lines.parked < max(PARKED_MIN, 2 * group.counter.qps)
+        verdict = lines.admit(key, item, park=park)
+        if verdict is None:
+            item.key = None
+            return False
+        return verdict
 
 
 class Handoff(Generic[T]):

@@ -60,6 +60,9 @@ from worker.signing import signature_headers
 
 log = logging.getLogger(__name__)
 
+# A job sent more than this after its quota was reserved has its grant moved to its send time
+# (see _reserve_again): a receiver's window may see at most qps * LATE_S sends over the quota.
+LATE_S = 0.005
 MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
 CLAIM_CONCURRENCY = 64
@@ -115,6 +118,7 @@ class Worker:
             stuck_s=self.governor.stuck_s,
             timeout_s=settings.request_timeout_s,
             period_s=self.governor.period_s,
+            keyed_done=self.dispatcher.keyed_done,
         )
         self._govern_at = 0.0
         self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
@@ -313,6 +317,11 @@ class Worker:
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         qps = quota[ref.index] if ref.index < len(quota) else 1
         group = GroupState(ref, epoch, topic, qps, checkpoints, self.fetcher.budget)
+        if any(c is not None for c in checkpoints):
+            # Worked before, maybe by another worker until just now: its sends of the last
+            # second are in every receiver's window, and this counter never saw them (see
+            # capacity.rate, Handover). A group new to everyone starts at once.
+            group.counter.quiet(time.time())
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
@@ -451,7 +460,7 @@ class Worker:
         if not self.assignment.may_dispatch() and not await self._cleared(group):
             return
         now = time.time()
-        if int(now) != item.second and not self._reserve_again(group, item, now):
+        if now - item.reserved_at > LATE_S and not self._reserve_again(group, item, now):
             return
         job = item.delivery
         state = group.topic
@@ -484,12 +493,13 @@ class Worker:
             self.outcomes.failed(group, item, result)
 
     def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
-        """A job whose quota was reserved in an earlier wall-clock second than it is sent in (a
-        slow loop, senders all busy) is charged to this second instead, or, with this second's
-        budget spent, goes back to the front of its buffer: a reservation never leaks into the
-        next second, whatever the loop's speed (a receiver counting per second would see it)."""
-        if group.counter.reserve(1, now):
-            item.second = int(now)
+        """A job sent more than LATE_S after its quota was reserved (a slow loop, senders all
+        busy) has its grant moved to now (QpsCounter.restamp: free while the grant is less than
+        a second old), or, a second late with no budget left, goes back to its buffer in offset
+        order: a reservation never lands outside the window it was counted in, whatever the
+        loop's speed (a receiver counting any 1000 ms would see it)."""
+        if group.counter.restamp(item.reserved_at, now):
+            item.reserved_at = now
             return True
         buffers = group.buffers
         if buffers is not None and not group.stopped:
@@ -499,6 +509,7 @@ class Worker:
                 at += 1
             buffer.insert(at, item)
             group.budget.used += len(item.payload)
+            item.reserved_at = -1.0  # handed back unsent: still its key's next (keyed_done)
             self.dispatcher.wake(group, time.monotonic())
         return False
 

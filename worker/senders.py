@@ -62,6 +62,7 @@ from worker.groups import Buffered, GroupState, TopicState
 
 Push = Callable[[GroupState, Buffered], Awaitable[None]]
 Raised = Callable[[GroupState, Buffered, Exception], None]
+Ended = Callable[[GroupState, Buffered], None]
 
 CANCEL_AGAIN_S = 0.5  # a sender still running this long after a cancel is cancelled again
 
@@ -82,10 +83,13 @@ class SenderPool:
         timeout_s: float,
         period_s: float = 0.1,
         slow_hold_s: float = 2.0,
+        keyed_done: Ended | None = None,
     ) -> None:
         self._sends = sends
         self._push = push
         self._raised = raised  # ends a job whose push raised: a job never ends a sender
+        # A keyed job's push ended (however): its key's next job may go (worker.keys).
+        self._keyed_done = keyed_done or (lambda group, item: None)
         self.size = size
         self.most = max(most, size)
         self.stuck_s = stuck_s
@@ -216,6 +220,8 @@ class SenderPool:
                     started[slot] = 0.0
                     topic.in_flight -= 1
                     group.in_flight -= 1
+                    if item.key is not None:
+                        self._keyed_done(group, item)
                     if detached[slot]:
                         self.detached -= 1
                         self._slow_ended(topic, now)

@@ -15,7 +15,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   worker runs with its defaults (256 senders, governed), and each side's best run counts.
 * **W2 --noop**: the same queues with a no-op pusher: worker CPU seconds per delivered job.
 * **W3** quota precision: 50 topics x 150 QPS, backlogged; per topic and full wall-clock second
-  at the sink, delivered / 150.
+  at the sink, delivered / 150; from the sink's delivery log, per topic the busiest *sliding*
+  1000 ms window / 150 (``sliding_max``) and the delivered rate / 150 (``sustained_min``). With
+  ``--competitor`` a busy-loop process runs beside the worker (pacing when its CPU is taken).
 * **W4** idle cost: 3334 topics x 1 group x 3 priorities = 10 002 queues; worker memory before and
   after owning them; CPU and Redis commands/s (``total_commands_processed``, which counts the
   commands Lua scripts run too) all idle over a whole sweep period, then with 1 % of the queues
@@ -25,6 +27,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
 * **W6** hanging endpoints: 100 topics x 50 QPS (endpoint concurrency 4, request timeout 2 s), 10
   of them pointing at ``/hang/``; the 90 healthy topics' delivered/s against their quota and
   against the same run without hangs.
+* **W11** order per key and what it costs: 10 topics x 1000 QPS (7 groups), backlogged, run
+  twice in one sitting, without keys and with 50 keys per topic; jobs/s, worker CPU per job, and
+  jobs that reached the sink before an earlier job of their key (``inversions``).
 * **W6b** hanging and slow endpoints by the dozen: 50 topics pointing at ``/hang/`` and 50 at an
   endpoint answering after 5 s (50 QPS each, endpoint concurrency 32, so 3200 requests waiting
   at once against 256 senders) beside 4 healthy topics of 150 QPS, one worker with its default
@@ -52,7 +57,7 @@ import uvloop
 from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
 from emq.bench.priority import w9, w10
-from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b
+from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b, w11
 from emq.errors import EmqError
 
 SUMMARY_EXTRA = {
@@ -63,7 +68,8 @@ SUMMARY_EXTRA = {
         "worker_runs_jobs_per_s",
     ),
     "W2-noop": ("jobs_per_s", "seconds"),
-    "W3": ("ratio_mean", "samples"),
+    "W3": ("ratio_mean", "sliding_p99", "sustained_mean", "competitor", "samples"),
+    "W11": ("keyed_vs_unkeyed_jobs_per_s", "keyed_vs_unkeyed_cpu_per_job"),
     "W4": ("worker_rss_mib", "idle_redis_ops_per_s", "active_cpu_pct_of_core"),
     "W5": ("p50_ms", "samples"),
     "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
@@ -81,6 +87,7 @@ RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W6b": w6b,
     "W9": w9,
     "W10": w10,
+    "W11": w11,
 }
 
 
@@ -91,15 +98,18 @@ def plan(workload: str, noop: bool) -> list[str]:
             raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
         return ["W2-noop"]
     if workload == "all":
-        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10"]
+        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11"]
     if workload not in WORKLOADS:
         raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
     return [workload]
 
 
-async def run_async(runs: list[str], duration_s: float) -> list[dict[str, Any]]:
+async def run_async(
+    runs: list[str], duration_s: float, competitor: bool = False
+) -> list[dict[str, Any]]:
+    record = any(r in ("W3", "W11") for r in runs)  # (a log costs the sink: only when read)
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
-        async with Harness.running(Path(tmp)) as h:
+        async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
             results = []
             for name in runs:
                 contention = Contention(h.sink_pid, h.redis_pid).start()
@@ -130,13 +140,19 @@ def summary(result: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def run(workload: str = "all", *, noop: bool = False, duration_s: float = 10.0) -> dict[str, Any]:
+def run(
+    workload: str = "all",
+    *,
+    noop: bool = False,
+    duration_s: float = 10.0,
+    competitor: bool = False,
+) -> dict[str, Any]:
     """Run the workloads; one result, or ``{"results": [...]}`` for several."""
     runs = plan(workload, noop)
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
     try:
-        results = uvloop.run(_main(runs, duration_s))
+        results = uvloop.run(_main(runs, duration_s, competitor))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None  # SIGTERM: everything was stopped on the way out
     if len(results) == 1:
@@ -150,13 +166,13 @@ def run(workload: str = "all", *, noop: bool = False, duration_s: float = 10.0) 
     }
 
 
-async def _main(runs: list[str], duration_s: float) -> list[dict[str, Any]]:
+async def _main(runs: list[str], duration_s: float, competitor: bool) -> list[dict[str, Any]]:
     """Run, and turn SIGTERM into cancellation so every server is stopped on the way out."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_async(runs, duration_s)
+        return await run_async(runs, duration_s, competitor)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

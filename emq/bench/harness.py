@@ -142,10 +142,18 @@ def topic_ref(name: str) -> TopicRef:
     return TopicRef(Namespace.ONLINE, TENANT, name)
 
 
-def job_item(queue: QueueRef, url: str, headers: dict[str, str] | None = None) -> PutItem:
+def job_item(
+    queue: QueueRef, url: str, headers: dict[str, str] | None = None, key: str | None = None
+) -> PutItem:
     """One plain job for ``queue`` (an id of the usual length, cheaper to make than a real one)."""
     job_id = f"msg_bench{next(_ids):021d}"
-    job = Job(url=url, headers={**HEADERS, **(headers or {})}, body=BODY, priority=queue.priority)
+    job = Job(
+        url=url,
+        headers={**HEADERS, **(headers or {})},
+        body=BODY,
+        priority=queue.priority,
+        key=key,
+    )
     return PutItem(queue, job_id, Envelope(job_id, job, int(time.time() * 1000)).encode())
 
 
@@ -266,8 +274,10 @@ class WorkerHandle:
 class Harness:
     """Redis, the sink and the clients the benchmark itself uses (see the module docstring)."""
 
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, record: bool = False, competitor: bool = False) -> None:
         self.tmp = tmp
+        self.record = record  # the sink keeps a delivery log (GET /_log)
+        self.competitor = competitor  # W3 runs beside a busy-loop process
         self.redis = Service("redis", "redis.sh", tmp / "redis", free_port())
         self.redis_url = f"redis://{self.redis.address}/0"
         self.redis_pid = 0
@@ -281,8 +291,8 @@ class Harness:
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, tmp: Path) -> AsyncIterator[Harness]:
-        harness = cls(tmp)
+    async def running(cls, tmp: Path, **options: bool) -> AsyncIterator[Harness]:
+        harness = cls(tmp, **options)
         try:
             await harness._start()
             yield harness
@@ -292,7 +302,9 @@ class Harness:
     async def _start(self) -> None:
         self.redis_pid = self.redis.start()
         self.sink = spawn(
-            ["-m", "emq.bench.sink", "--port", str(self.sink_port)], self.tmp / "sink.log"
+            ["-m", "emq.bench.sink", "--port", str(self.sink_port)]
+            + (["--record"] if self.record else []),
+            self.tmp / "sink.log",
         )
         self._client = aioredis.Redis.from_url(self.redis_url)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
@@ -356,6 +368,18 @@ class Harness:
         async with self._http.get(self.sink_base + path) as r:
             body: dict[str, Any] = await r.json(content_type=None)
             return body
+
+    async def sink_log(self) -> list[tuple[float, str, str, int, str]]:
+        """The sink's whole delivery log (with ``record``): (arrival, topic path, webhook-id,
+        status, query) rows in arrival order."""
+        rows: list[tuple[float, str, str, int, str]] = []
+        start = 0
+        while True:
+            page = await self.sink_call(f"/_log?from={start}")
+            rows += [(r[0], r[1], r[2], r[3], r[4]) for r in page["log"]]
+            if page["next"] == start:
+                return rows
+            start = page["next"]
 
     async def redis_commands(self) -> int:
         """Commands Redis has processed so far (INFO stats)."""

@@ -43,7 +43,7 @@ def test_any_one_second_window_stays_near_the_quota(
     qps: int, start: float, jitter: list[float]
 ) -> None:
     sends = _simulate(qps, 0.01, 5.0, start, jitter)
-    assert _max_window(sends) <= qps + 1 + qps * 0.03  # the default burst
+    assert _max_window(sends) <= qps  # sliding: no burst on top
     assert max(Counter(math.floor(t) for t in sends).values()) <= qps
 
 
@@ -53,8 +53,9 @@ def test_a_backlogged_group_gets_its_quota_every_wall_clock_second(qps: int, sta
     sends = _simulate(qps, 0.01, 6.0, start, [0.0])
     per_second = Counter(math.floor(t) for t in sends)
     full = [per_second[s] for s in range(math.floor(start) + 1, math.floor(start) + 5)]
-    assert all(qps - 1 <= n <= qps for n in full), full
-    assert sum(full) >= 4 * qps - 1
+    # A grant waits for the tick after the one it replaces left the window: up to a tick late.
+    assert all(n <= qps for n in full), full
+    assert sum(full) >= 4 * qps * 0.98 - 1
 
 
 def test_an_idle_group_waking_mid_second_gets_no_burst() -> None:
@@ -70,7 +71,7 @@ def test_rollback_returns_the_budget() -> None:
     assert c.available(10.0) == 0
     c.rollback(1, 10.0)
     assert c.available(10.0) == 1
-    c.rollback(1, 11.0)  # another second: the token comes back, this second's count is untouched
+    c.rollback(1, 11.0)  # the newest grant is undone: its stamp leaves the log
     assert c.available(11.0) == 2
 
 
@@ -78,7 +79,7 @@ def test_a_second_never_exceeds_the_quota_even_with_rollbacks() -> None:
     c = QpsCounter(10, burst_s=1.0)
     granted = 0
     t = 50.0
-    while t < 51.0:
+    while t < 51.0:  # (a second from 50.0: also a sliding window)
         got = c.reserve(3, t)
         c.rollback(got // 2, t)
         granted += got - got // 2
@@ -91,5 +92,82 @@ def test_quota_change_applies_at_once() -> None:
     sent = sum(c.reserve(1000, 5.0 + i / 100) for i in range(100))
     assert 99 <= sent <= 100
     c.set_qps(10)
-    sent = sum(c.reserve(1000, 6.0 + i / 100) for i in range(100))
-    assert 9 <= sent <= 10
+    # The last window already holds more than 10: nothing until its newest 10 grants (at about
+    # 5.9) age out, then 10 a second.
+    assert sum(c.reserve(1000, 6.0 + i / 100) for i in range(80)) == 0
+    assert 18 <= sum(c.reserve(1000, 6.8 + i / 100) for i in range(200)) <= 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.integers(1, 50),
+    burst_s=st.sampled_from([0.0, 0.03, 0.5, 2.0]),
+    steps=st.lists(
+        st.tuples(st.floats(0, 0.3), st.integers(0, 60), st.integers(0, 60)),
+        min_size=1,
+        max_size=120,
+    ),
+)
+def test_no_window_ever_holds_more_than_the_quota(
+    qps: int, burst_s: float, steps: list[tuple[float, int, int]]
+) -> None:
+    """Any sequence of reserves and rollbacks, at any times: every sliding window of one
+    second holds at most qps grants (rollback undoes the newest grants)."""
+    c = QpsCounter(qps, burst_s=burst_s)
+    grants: list[float] = []
+    t = 1_700_000_000.25
+    for dt, want, back in steps:
+        t += dt
+        grants += [t] * c.reserve(want, t)
+        back = min(back, len(grants))
+        c.rollback(back, t)
+        del grants[len(grants) - back :]
+    assert _max_window(grants) <= qps
+
+
+def test_a_quiet_counter_goes_on_at_the_pace_without_a_burst() -> None:
+    c = QpsCounter(50)
+    c.quiet(100.0)
+    assert c.reserve(10, 100.0) == 0  # the former owner's last window counts as full
+    got = [t / 1000 for t in range(100_000, 102_000) if c.reserve(1, t / 1000)]
+    assert got[0] <= 100.03  # no silent second: one interval after the oldest stamp
+    assert len([t for t in got if t < 101.0]) <= 50  # at the pace, not a burst
+    assert len(got) >= 95  # two windows' worth at the full pace
+
+
+def test_the_clock_stepping_back_far_does_not_stall() -> None:
+    c = QpsCounter(5, burst_s=1.0)
+    assert c.reserve(10, 100.0) == 5
+    assert c.reserve(10, 100.5) == 0
+    assert c.reserve(10, 50.0) >= 1  # a minute back: the log is emptied
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.integers(1, 40),
+    steps=st.lists(
+        st.tuples(st.floats(0, 0.4), st.integers(0, 30), st.integers(0, 30), st.integers(0, 5)),
+        min_size=1,
+        max_size=100,
+    ),
+)
+def test_moved_grants_keep_every_window_within_the_quota(
+    qps: int, steps: list[tuple[float, int, int, int]]
+) -> None:
+    """Reserves, rollbacks and grants moved to a later send time (restamp), at any times: the
+    grants where they finally count never put more than qps in any one-second window."""
+    c = QpsCounter(qps, burst_s=0.5)
+    grants: list[float] = []
+    t = 1_700_000_000.25
+    for dt, want, back, move in steps:
+        t += dt
+        grants += [t] * c.reserve(want, t)
+        back = min(back, len(grants))
+        c.rollback(back, t)
+        del grants[len(grants) - back :]
+        for old in sorted(set(grants))[:move]:  # the oldest grants are sent only now
+            grants.remove(old)
+            if c.restamp(old, t):
+                grants.append(t)
+        grants.sort()
+    assert _max_window(grants) <= qps

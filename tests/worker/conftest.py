@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import subprocess
 import sys
@@ -51,12 +52,15 @@ class Behaviour:
     retry_after: str | None = None
     delay_s: float = 0.0
     hang: bool = False
+    fail_first: int = 0  # answer 500 to this many requests first
+    jitter_s: float = 0.0  # and wait a random time up to this (requests overtake each other)
 
 
 class Sink:
     def __init__(self) -> None:
         self.deliveries: list[Delivery] = []
         self.attempts: Counter[str] = Counter()
+        self.first_attempt_at: dict[str, float] = {}
         self.behaviour: dict[str, Behaviour] = defaultdict(Behaviour)
         self.base = ""
         self._hung: list[asyncio.Future[None]] = []
@@ -78,8 +82,12 @@ class Sink:
                 await fut
             finally:
                 self.hanging_now -= 1
-        if b.delay_s:
-            await asyncio.sleep(b.delay_s)
+        self.first_attempt_at.setdefault(job_id, time.time())
+        if b.delay_s or b.jitter_s:
+            await asyncio.sleep(b.delay_s + random.uniform(0, b.jitter_s))
+        if b.fail_first > 0:
+            b.fail_first -= 1
+            return web.Response(status=500)
         if 200 <= b.status < 300:
             self.deliveries.append(
                 Delivery(topic, job_id, time.time(), dict(request.headers), body)

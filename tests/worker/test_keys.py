@@ -1,0 +1,177 @@
+"""Order per key in the dispatcher (one job of a key in flight, parked jobs skip nobody else),
+and a late job's quota grant moved to when it is sent (Worker._reserve_again)."""
+
+from __future__ import annotations
+
+import time
+
+import orjson
+
+from emq.interfaces import Offset
+from emq.model import Namespace, Topic, TopicRef
+from worker.dispatch import PARKED_MIN, Dispatcher
+from worker.groups import Buffered, GroupState, TopicState
+from worker.keys import KeyLines
+from worker.progress import Progress
+from worker.runtime import Worker
+
+WALL = 1_700_000_000.5
+
+
+def group(name: str, qps: int = 1000) -> GroupState:
+    topic = TopicState(Topic(TopicRef(Namespace.ONLINE, "t", name), qps, 1))
+    g = GroupState(topic.ref.group(0), 1, topic, qps, [None, None, None])
+    topic.groups[0] = g
+    return g
+
+
+def fill(g: GroupState, keys: list[str | None], priority: int = 1) -> list[Buffered]:
+    queue = g.ref.queues()[priority]
+    buffer = g.filling()[priority]
+    items = []
+    for i, key in enumerate(keys):
+        job: dict[str, object] = {"url": "http://x/", "body": str(i)}
+        if key is not None:
+            job["key"] = key
+        payload = orjson.dumps({"id": f"{key}-{i}", "t": 0, "job": job})
+        item = Buffered(queue, Offset(1, len(buffer)), payload, 0.0, Progress(Offset(0, 0)))
+        buffer.append(item)
+        items.append(item)
+    return items
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.sent: list[Buffered] = []
+
+    def __call__(self, g: GroupState, item: Buffered) -> None:
+        g.topic.in_flight += 1
+        self.sent.append(item)
+
+
+def go(d: Dispatcher, g: GroupState, budget: int, wall: float) -> None:
+    """One dispatch at ``wall`` with ``g`` due (the heap's clock is the real monotonic one)."""
+    d.wake(g, 0.0)
+    d.dispatch(budget, wall, time.monotonic() + 1000.0 + (wall - WALL) * 100)  # (past any delay)
+
+
+def finish(d: Dispatcher, g: GroupState, item: Buffered) -> None:
+    g.topic.in_flight -= 1
+    d.keyed_done(g, item)
+
+
+def test_one_job_of_a_key_in_flight_and_other_keys_go_past() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("a")
+    items = fill(g, ["k", "k", "j", None, "k", "j"])
+    go(d, g, 100, WALL)
+    # k-0, j-2 and the unkeyed job go; k-1, k-4 and j-5 are parked (out of the buffer).
+    assert rec.sent == [items[0], items[2], items[3]]
+    assert g.buffered() == 0 and g.keys is not None and g.keys.parked == 3
+    finish(d, g, items[0])  # k's next goes back to the front of its buffer
+    assert list(g.buffers[1]) == [items[1]]  # type: ignore[index]
+    go(d, g, 100, WALL + 0.01)
+    assert rec.sent[3:] == [items[1]]
+    finish(d, g, items[2])
+    finish(d, g, items[1])
+    go(d, g, 100, WALL + 0.02)
+    assert set(rec.sent[4:]) == {items[4], items[5]}  # each key in its own order
+    finish(d, g, items[5])
+    finish(d, g, items[4])
+    assert len(g.keys) == 0 and g.keys.parked == 0
+
+
+def test_unkeyed_jobs_never_make_key_lines() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("b")
+    fill(g, [None] * 50)
+    go(d, g, 100, WALL)
+    assert g.keys is None and len(rec.sent) > 0
+
+
+def test_a_job_handed_back_unsent_stays_its_keys_next() -> None:
+    """Worker._reserve_again puts a job back in its buffer (reserved_at = -1) and its push ends:
+    the key stays held by it, the parked job behind it does not overtake it."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("c")
+    items = fill(g, ["k", "k"])
+    go(d, g, 100, WALL)
+    assert rec.sent == [items[0]]
+    g.buffers[1].appendleft(items[0])  # type: ignore[index]
+    items[0].reserved_at = -1.0
+    finish(d, g, items[0])
+    assert list(g.buffers[1]) == [items[0]]  # type: ignore[index]
+    go(d, g, 100, WALL + 0.5)
+    assert rec.sent == [items[0], items[0]]
+    finish(d, g, items[0])
+    go(d, g, 100, WALL + 0.6)
+    assert rec.sent[2:] == [items[1]]
+
+
+def test_parked_jobs_are_bounded_and_the_rest_waits_in_its_buffer() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("d", qps=10)
+    items = fill(g, ["k"] * (PARKED_MIN + 50) + [None])
+    g.counter.burst_s = 10.0  # (tokens for all of it at once)
+    go(d, g, 10, WALL)
+    assert rec.sent == [items[0]]
+    assert g.keys is not None and g.keys.parked == PARKED_MIN
+    assert g.buffered() == 50  # held at the head of the buffer: the fetcher sees them
+    finish(d, g, items[0])
+    go(d, g, 10, WALL + 0.2)
+    assert rec.sent == [items[0], items[1]]
+
+
+def test_key_lines_states() -> None:
+    lines = KeyLines()
+    a, b, c = object(), object(), object()
+    assert lines.admit("k", a) is True
+    assert lines.admit("k", b) is False and lines.admit("k", c, park=False) is None
+    assert lines.done("k") is b
+    assert lines.admit("k", c) is False  # only b may go next
+    assert lines.admit("k", b) is True
+    assert lines.done("k") is c and lines.admit("k", c) is True
+    assert lines.done("k") is None and len(lines) == 0 and lines.parked == 0
+
+
+# ------------------------------------------------------------------ Worker._reserve_again
+
+
+class _Worker:
+    """What Worker._reserve_again uses of its worker: the dispatcher."""
+
+    def __init__(self) -> None:
+        self.dispatcher = Dispatcher(Recorder(), 0.005)
+
+
+def test_a_job_sent_late_moves_its_grant_to_its_send_time() -> None:
+    g = group("late", qps=10)
+    g.counter.burst_s = 1.0  # (the whole quota at once)
+    (item,) = fill(g, [None])
+    g.buffers[1].clear()  # type: ignore[index]
+    assert g.counter.reserve(10, 100.0) == 10
+    item.reserved_at = 100.0
+    assert Worker._reserve_again(_Worker(), g, item, 100.4)  # type: ignore[arg-type]
+    assert item.reserved_at == 100.4
+    # The grant counts at 100.4, where the receiver sees it: a window (1.01 s) on, nine are free.
+    assert g.counter.reserve(10, 101.02) == 9
+    assert g.counter.reserve(10, 101.42) == 1
+
+
+def test_a_job_a_second_late_without_budget_goes_back_to_its_buffer_in_offset_order() -> None:
+    g = group("later", qps=10)
+    g.counter.burst_s = 1.0
+    first, item, last = fill(g, [None, None, None])
+    g.buffers[1].remove(item)  # type: ignore[index]
+    assert g.counter.reserve(1, 100.0) == 1  # the late job's grant
+    item.reserved_at = 100.0
+    assert g.counter.reserve(9, 100.9) == 9
+    assert g.counter.reserve(9, 101.1) == 1  # ten in the window up to 101.2: none left
+    w = _Worker()
+    assert not Worker._reserve_again(w, g, item, 101.2)  # type: ignore[arg-type]
+    assert list(g.buffers[1]) == [first, item, last]  # type: ignore[index]
+    assert item.reserved_at == -1.0 and g.scheduled  # woken: dispatched when budget comes

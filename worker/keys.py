@@ -1,0 +1,90 @@
+"""Order per key: at most one job of a ``key`` in flight in a group, the next only after it.
+
+Jobs of one key hash to one group (emq.enqueue), so one worker sees them all, in offset order
+per queue. The dispatcher asks :meth:`KeyLines.admit` for every keyed job it takes from a
+buffer; a job whose key has one in flight is *parked* behind it (taken out of the buffer, so
+it blocks neither other keys nor other groups, and no tick scans it again). When the push of
+the job in flight ends (:meth:`KeyLines.done`, from the sender), the first parked job of its
+key becomes the key's *next*: it goes back to the front of its buffer, and only it may be
+admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
+keyed job has no :class:`KeyLines` at all.
+
+States of one key in a group::
+
+    (absent) --admit--> IN FLIGHT --done, none parked--> (absent)
+    IN FLIGHT --admit of another job--> IN FLIGHT (that job parked)
+    IN FLIGHT --done, some parked--> NEXT (the first parked job back in its buffer)
+    NEXT --admit of that job--> IN FLIGHT
+    IN FLIGHT --handed back (its quota went with the second it was reserved in)--> NEXT (itself)
+
+"Done" means the push ended: delivered, dead-lettered, or handed to retry. A retried job does
+*not* hold back later jobs of its key: it waits in the group's delayed set (backoff of seconds
+to hours) and joins the queue again at its end, so a failing endpoint would otherwise stop its
+key for the whole retry schedule, and a worker that owns the key only while it owns the group
+could not even keep the hold across a handover. So order per key holds when no failure
+intervenes (ARCHITECTURE.md invariant 5): a retried job arrives after jobs of its key enqueued
+after it.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import TypeVar
+
+T = TypeVar("T")
+
+
+class _Line:
+    __slots__ = ("next", "parked")
+
+    def __init__(self) -> None:
+        self.parked: deque[object] = deque()
+        self.next: object | None = None  # the job allowed to go next (back in its buffer)
+
+
+class KeyLines:
+    """The keys of one group that have a job in flight, and the jobs parked behind them."""
+
+    __slots__ = ("_lines", "parked")
+
+    def __init__(self) -> None:
+        self._lines: dict[str, _Line] = {}
+        self.parked = 0  # jobs parked in all lines
+
+    def __len__(self) -> int:
+        return len(self._lines)
+
+    def admit(self, key: str, job: object, *, park: bool = True) -> bool | None:
+        """May ``job`` go now? If not, it is parked behind its key's job in flight (False), or,
+        with ``park`` false, left where it is (None)."""
+        line = self._lines.get(key)
+        if line is None:
+            self._lines[key] = _Line()
+            return True
+        if line.next is job:
+            line.next = None
+            return True
+        if not park:
+            return None
+        line.parked.append(job)
+        self.parked += 1
+        return False
+
+    def done(self, key: str) -> object | None:
+        """The job of ``key`` in flight ended: the job to put back at the front of its buffer
+        (the key's next), or ``None`` (the key is free)."""
+        line = self._lines.get(key)
+        if line is None:
+            return None
+        if not line.parked:
+            del self._lines[key]
+            return None
+        job = line.next = line.parked.popleft()
+        self.parked -= 1
+        return job
+
+    def handed_back(self, key: str, job: object) -> None:
+        """``job`` (in flight) went back to its buffer unsent: it stays its key's next."""
+        line = self._lines.get(key)
+        if line is not None:
+            line.next = job
