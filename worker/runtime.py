@@ -145,6 +145,7 @@ class Worker:
         self._start("checkpoint", self._checkpoint_loop())
         if self.settings.retain_entries >= 0:
             self._start("trim", self._trim_loop())
+        self._start("dlq-trim", self._trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -585,6 +586,24 @@ class Worker:
                 await self.trim()
             except BackendUnavailable as e:
                 log.warning("trim failed (%s); will retry", e)
+
+    async def _trim_dead_loop(self) -> None:
+        """Age out the DLQs of owned groups: an append trims its DLQ, but a quiet one gets none."""
+        while True:
+            await asyncio.sleep(self.settings.dlq_trim_interval_s)
+            try:
+                await self.trim_dead()
+            except BackendUnavailable as e:
+                log.warning("DLQ trim failed (%s); will retry", e)
+
+    async def trim_dead(self) -> int:
+        """Trim every owned group's DLQ to its topic's retention, in one round trip."""
+        owned = [g for g in self.groups.values() if not g.dropped]
+        items = [(g.ref, g.topic.topic.dlq_retention) for g in owned]
+        removed = await self.queues.trim_dead(items) if items else 0
+        if removed:
+            log.info("removed %d dead letters past their topics' retention", removed)
+        return removed
 
     async def trim(self, group: GroupState | None = None) -> None:
         """Remove the delivered entries (at or below the written checkpoint, but the newest
