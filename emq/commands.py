@@ -180,7 +180,7 @@ def _dlq_retention(body: dict[str, Any]) -> str:
     entries, age = body.get("dlq_max_entries"), body.get("dlq_max_age_s")
     if entries is None or age is None:
         return "?"
-    return f"{entries} letters per group, at most {age} s ({age / 86400:g} days) old"
+    return f"{entries} letters per group, none older than {age} s ({age / 86400:g} d)"
 
 
 def _show(args: argparse.Namespace, body: dict[str, Any], verb: str | None = None) -> int:
