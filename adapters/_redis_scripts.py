@@ -323,9 +323,16 @@ return {1, n}
 """
 )
 
-# KEYS: dlq  ARGV: max_entries, max_age_ms -> how many letters were removed (not fenced: the
-# retention is the topic's, and trimming twice is harmless)
-TRIM_DEAD = _TRIM_DEAD + "return trim_dead(KEYS[1], tonumber(ARGV[1]), tonumber(ARGV[2]))\n"
+# KEYS: dlq, epoch  ARGV: epoch, max_entries, max_age_ms -> how many letters were removed
+# (fenced: a deposed owner, holding an older topic configuration maybe, removes nothing)
+TRIM_DEAD = (
+    _FENCE
+    + _TRIM_DEAD
+    + """
+if fenced(KEYS[2], ARGV[1]) then return 0 end
+return trim_dead(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
+"""
+)
 
 # KEYS: dlq, high, medium, low  ARGV: limit[, id...] -> how many were moved
 # Each letter is appended to its stream and deleted from the DLQ before the next is looked up,

@@ -384,10 +384,12 @@ class MemoryQueueBackend(QueueBackend):
             dlq.items[-1] = replace(letter, id=str(offset))
         self._trim_dead(dlq, retention)
 
-    async def trim_dead(self, items: Sequence[tuple[GroupRef, DlqRetention]]) -> int:
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
         self._open()
         return sum(
-            self._trim_dead(dlq, r) for g, r in items if (dlq := self._dlq.get(g)) is not None
+            self._trim_dead(dlq, r)
+            for g, e, r in items
+            if (dlq := self._dlq.get(g)) is not None and self._epochs.get(g, 0) <= e
         )
 
     def _trim_dead(self, dlq: _Log[DeadLetter], retention: DlqRetention) -> int:

@@ -686,9 +686,11 @@ class RedisQueueBackend(QueueBackend):
         reply = await self._call(command, "dead_letter", repeatable=False)  # XADD: not twice
         self._fenced_result(reply, group, epoch, "dead letter")
 
-    async def trim_dead(self, items: Sequence[tuple[GroupRef, DlqRetention]]) -> int:
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
+        keys = self._keys
         commands = [
-            self._eval(self._trim_dead, (self._keys.dlq(g),), _retention_args(r)) for g, r in items
+            self._eval(self._trim_dead, (keys.dlq(g), keys.epoch(g)), (e, *_retention_args(r)))
+            for g, e, r in items
         ]
         return sum(int(n) for n in await self._pipeline(commands, "trim_dead"))
 

@@ -295,11 +295,11 @@ class QueueBackend(AsyncResource):
         """
 
     @abc.abstractmethod
-    async def trim_dead(self, items: Sequence[tuple[GroupRef, DlqRetention]]) -> int:
-        """Trim each group's DLQ to its retention, in one round trip; how many were removed.
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
+        """Trim each group's DLQ to its retention, (group, epoch, retention) each, in one round
+        trip; how many letters were removed. Lets a quiet DLQ (no new letter trims it) age out.
 
-        Not fenced: retention is the topic's, not the owner's, and trimming twice is harmless.
-        Lets a quiet DLQ (no new letters to trim it) age out.
+        A fenced item (a newer owner claimed the group) removes nothing; never raises Fenced.
         """
 
     @abc.abstractmethod

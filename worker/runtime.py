@@ -599,7 +599,7 @@ class Worker:
     async def trim_dead(self) -> int:
         """Trim every owned group's DLQ to its topic's retention, in one round trip."""
         owned = [g for g in self.groups.values() if not g.dropped]
-        items = [(g.ref, g.topic.topic.dlq_retention) for g in owned]
+        items = [(g.ref, g.epoch, g.topic.topic.dlq_retention) for g in owned]
         removed = await self.queues.trim_dead(items) if items else 0
         if removed:
             log.info("removed %d dead letters past their topics' retention", removed)

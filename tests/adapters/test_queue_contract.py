@@ -351,7 +351,8 @@ async def test_a_dead_letter_append_keeps_the_newest_max_entries(backend: QueueB
     with pytest.raises(Fenced):  # a fenced append neither adds nor trims
         await backend.dead_letter(g, 2, [letter(LOW, b"stale")], DlqRetention(max_entries=1))
     assert await payloads_dead(backend, g) == [b"a3", b"a4", b"b0"]
-    assert await backend.trim_dead([(g, DlqRetention(max_entries=1))]) == 2  # no letter needed
+    assert await backend.trim_dead([(g, 2, DlqRetention(max_entries=1))]) == 0  # fenced
+    assert await backend.trim_dead([(g, 3, DlqRetention(max_entries=1))]) == 2  # no letter needed
     assert await payloads_dead(backend, g) == [b"b0"]
 
 
@@ -375,10 +376,10 @@ async def test_dead_letters_older_than_max_age_are_trimmed(subject: Subject) -> 
     assert await payloads_dead(backend, g) == [b"old", b"new"]
     hour = DlqRetention(max_age_s=3600 - 60)
     # A quiet DLQ ages out on the periodic trim, one round trip for many groups (and slots).
-    others = [(group(f"quiet{i}"), hour) for i in range(5)]
-    assert await backend.trim_dead([(g, hour), *others]) == 1
+    others = [(group(f"quiet{i}"), 1, hour) for i in range(5)]
+    assert await backend.trim_dead([(g, 1, hour), *others]) == 1
     assert await payloads_dead(backend, g) == [b"new"]
-    assert await backend.trim_dead([(g, hour)]) == 0
+    assert await backend.trim_dead([(g, 1, hour)]) == 0
     assert await backend.trim_dead([]) == 0
 
 
