@@ -226,6 +226,8 @@ class GroupState:
     """One owned group: three buffers sharing one QPS counter."""
 
     __slots__ = (
+        "_dropped",
+        "_stopped",
         "buffers",
         "counter",
         "epoch",
@@ -265,25 +267,30 @@ class GroupState:
         self.queued_fetch = False
         self.scheduled = False  # in the dispatcher's heap
         self.state = Lifecycle.CLAIMING  # changed only by the transition methods below
+        self._stopped = self._dropped = False
         self.in_flight = 0
         self.planner = self._planner(topic.topic)
 
     # ------------------------------------------------------------------ lifecycle
 
+    # Plain slots behind read-only properties, set only by _move: the hot path reads them per
+    # job, and a membership test on an Enum (hashed in Python) would cost a call each time.
     @property
     def stopped(self) -> bool:
         """Being released or gone: no more fetching or dispatching."""
-        return self.state in _STOPPED
+        return self._stopped
 
     @property
     def dropped(self) -> bool:
         """Released or fenced: no more writes either."""
-        return self.state in _GONE
+        return self._dropped
 
     def _move(self, to: Lifecycle, *legal_from: Lifecycle) -> None:
         if self.state not in legal_from:
             raise IllegalTransition(f"group {self.ref}: {self.state.name} -> {to.name}")
         self.state = to
+        self._stopped = to in _STOPPED
+        self._dropped = to in _GONE
 
     def contest(self) -> None:
         """The claim found a former holder that never let go: wait it out before serving."""
