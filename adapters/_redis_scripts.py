@@ -290,21 +290,47 @@ end
 return out
 """
 
-# KEYS: dlq, epoch  ARGV: epoch, then 6 per letter: priority, payload, error, status, attempts,
-# failed_at -> {0, current} fenced | {1, appended}
+# Trims a DLQ to its retention (exactly: a DLQ takes few writes, and an approximate trim keeps
+# whole stream nodes, so a small DLQ would never age out). Ages by the server's clock, the one
+# its '*' ids come from. -> how many letters were removed
+_TRIM_DEAD = """
+local function trim_dead(dlq, max_entries, max_age_ms)
+  local t = redis.call('TIME')
+  local min_ms = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) - max_age_ms
+  local n = redis.call('XTRIM', dlq, 'MAXLEN', '=', max_entries)
+  if min_ms > 0 then n = n + redis.call('XTRIM', dlq, 'MINID', '=', min_ms) end
+  return n
+end
+"""
+
+# KEYS: dlq, epoch  ARGV: epoch, max_entries, max_age_ms, then 6 per letter: priority, payload,
+# error, status, attempts, failed_at -> {0, current} fenced | {1, appended}
 DEAD_LETTER = (
     _FENCE
+    + _TRIM_DEAD
     + """
 local current = fenced(KEYS[2], ARGV[1])
 if current then return {0, current} end
 local n = 0
-for i = 2, #ARGV, 6 do
+for i = 4, #ARGV, 6 do
   redis.call('XADD', KEYS[1], '*', 'priority', ARGV[i], 'payload', ARGV[i + 1],
     'error', ARGV[i + 2], 'status', ARGV[i + 3], 'attempts', ARGV[i + 4],
     'failed_at', ARGV[i + 5])
   n = n + 1
 end
+trim_dead(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 return {1, n}
+"""
+)
+
+# KEYS: dlq, epoch  ARGV: epoch, max_entries, max_age_ms -> how many letters were removed
+# (fenced: a deposed owner, holding an older topic configuration maybe, removes nothing)
+TRIM_DEAD = (
+    _FENCE
+    + _TRIM_DEAD
+    + """
+if fenced(KEYS[2], ARGV[1]) then return 0 end
+return trim_dead(KEYS[1], tonumber(ARGV[2]), tonumber(ARGV[3]))
 """
 )
 

@@ -42,7 +42,7 @@ from emq.interfaces import (
     QueueBackend,
     Scheduled,
 )
-from emq.model import GroupRef, Priority, QueueRef
+from emq.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
 
 log = logging.getLogger(__name__)
 
@@ -370,13 +370,37 @@ class MemoryQueueBackend(QueueBackend):
 
     # ------------------------------------------------------------------ dead letters
 
-    async def dead_letter(self, group: GroupRef, epoch: int, letters: Sequence[DeadLetter]) -> None:
+    async def dead_letter(
+        self,
+        group: GroupRef,
+        epoch: int,
+        letters: Sequence[DeadLetter],
+        retention: DlqRetention = DLQ_DEFAULTS,
+    ) -> None:
         self._open()
         self._fence(group, epoch, "dead letter")
         dlq = self._dlq.setdefault(group, _Log())
         for letter in letters:
             offset = dlq.append(self._now_ms(), letter)
             dlq.items[-1] = replace(letter, id=str(offset))
+        self._trim_dead(dlq, retention)
+
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
+        self._open()
+        return sum(
+            self._trim_dead(dlq, r)
+            for g, e, r in items
+            if (dlq := self._dlq.get(g)) is not None and self._epochs.get(g, 0) <= e
+        )
+
+    def _trim_dead(self, dlq: _Log[DeadLetter], retention: DlqRetention) -> int:
+        """Like the Redis script: the newest max_entries, then none older than max_age_s."""
+        over = max(0, len(dlq.offsets) - max(0, retention.max_entries))
+        min_ms = self._now_ms() - max(0, round(retention.max_age_s * 1000))
+        old = bisect.bisect_left(dlq.offsets, Offset(min_ms, 0))
+        n = max(over, old)
+        dlq.drop_oldest(n)
+        return n
 
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
         self._open()

@@ -11,7 +11,8 @@ formats they share with the in-memory backend are in :mod:`adapters._redis_scrip
   refused (:class:`~emq.errors.Fenced`) inside the same script that would write.
 * ``delayed(group)``: sorted set of ``<priority>|<payload>`` scored by due epoch milliseconds.
 * ``dlq(group)``: stream of dead letters (fields priority, payload, error, status, attempts,
-  failed_at).
+  failed_at), trimmed to the topic's retention (newest ``dlq_max_entries``, none older than
+  ``dlq_max_age_s``) by each append and by :meth:`trim_dead`.
 * ``idempotency(group, key)``: ``SET NX EX window`` marker holding the first job id.
 
 Two global keys, outside every group's hash tag, carry hints for the workers (never passed to a
@@ -85,7 +86,7 @@ from emq.interfaces import (
     QueueBackend,
     Scheduled,
 )
-from emq.model import GroupRef, Priority, QueueRef
+from emq.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
 from emq.naming import RedisKeys
 
 log = logging.getLogger(__name__)
@@ -235,6 +236,7 @@ class RedisQueueBackend(QueueBackend):
         self._backlog = register(lua.BACKLOG)
         self._promote = register(lua.PROMOTE_DUE)
         self._dead_letter = register(lua.DEAD_LETTER)
+        self._trim_dead = register(lua.TRIM_DEAD)
         self._replay = register(lua.REPLAY_DEAD)
         self._scripts = (
             self._append,
@@ -251,6 +253,7 @@ class RedisQueueBackend(QueueBackend):
             self._backlog,
             self._promote,
             self._dead_letter,
+            self._trim_dead,
             self._replay,
         )
 
@@ -686,8 +689,14 @@ class RedisQueueBackend(QueueBackend):
 
     # ------------------------------------------------------------------ dead letters
 
-    async def dead_letter(self, group: GroupRef, epoch: int, letters: Sequence[DeadLetter]) -> None:
-        args: list[Any] = [epoch]
+    async def dead_letter(
+        self,
+        group: GroupRef,
+        epoch: int,
+        letters: Sequence[DeadLetter],
+        retention: DlqRetention = DLQ_DEFAULTS,
+    ) -> None:
+        args: list[Any] = [epoch, *_retention_args(retention)]
         for d in letters:
             status = "" if d.status is None else d.status
             args += (d.priority.value, d.payload, d.error, status, d.attempts, d.failed_at_ms)
@@ -695,6 +704,14 @@ class RedisQueueBackend(QueueBackend):
         command = self._eval(self._dead_letter, keys, args)
         reply = await self._call(command, "dead_letter", repeatable=False)  # XADD: not twice
         self._fenced_result(reply, group, epoch, "dead letter")
+
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
+        keys = self._keys
+        commands = [
+            self._eval(self._trim_dead, (keys.dlq(g), keys.epoch(g)), (e, *_retention_args(r)))
+            for g, e, r in items
+        ]
+        return sum(int(n) for n in await self._pipeline(commands, "trim_dead"))
 
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
         if limit <= 0:
@@ -914,6 +931,10 @@ def _conf(config: Mapping[Any, Any], name: str) -> str:
     """One CONFIG GET value, whatever the client decoded."""
     value = config.get(name, config.get(name.encode(), b""))
     return _text(value)
+
+
+def _retention_args(retention: DlqRetention) -> tuple[int, int]:
+    return max(0, retention.max_entries), max(0, round(retention.max_age_s * 1000))
 
 
 def _dlq_id(text: str) -> str:

@@ -107,7 +107,16 @@ NO_AUTH_HINT = (
 _MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError)
 _DECODE_ERRORS = (ValueError, KeyError, TypeError)
 _RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(RetryPolicy))
-_TOPIC_SCALARS = ("qps", "groups", "endpoint_concurrency", "max_backlog", "paused", "secret")
+_TOPIC_SCALARS = (
+    "qps",
+    "groups",
+    "endpoint_concurrency",
+    "max_backlog",
+    "paused",
+    "secret",
+    "dlq_max_entries",  # (absent from topics stored before DLQ retention: the defaults)
+    "dlq_max_age_s",
+)
 _ON_LOOP_MAX = 64  # reads sent and decoded on the event loop; larger batches go to a thread
 
 

@@ -309,6 +309,8 @@ class Client:
         endpoint_concurrency: int | None = None,
         max_backlog: int | None = None,
         priority_mode: str | None = None,
+        dlq_max_entries: int | None = None,
+        dlq_max_age_s: int | None = None,
     ) -> dict[str, Any]:
         """Create a topic (admin); the answer has its groups and its signing secret."""
         options = {
@@ -317,6 +319,8 @@ class Client:
             "endpoint_concurrency": endpoint_concurrency,
             "max_backlog": max_backlog,
             "priority_mode": priority_mode,
+            "dlq_max_entries": dlq_max_entries,
+            "dlq_max_age_s": dlq_max_age_s,
         }
         body = {"topic": topic, "qps": qps} | {k: v for k, v in options.items() if v is not None}
         path = _path("v1", "tenants", tenant, "topics")

@@ -23,7 +23,7 @@ import uvloop
 
 from emq.client import Client, describe
 from emq.errors import EmqError, InvalidInput
-from emq.model import Job, Namespace, Priority, PriorityMode
+from emq.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Job, Namespace, Priority, PriorityMode
 from emq.settings import Settings
 
 _T = TypeVar("_T")
@@ -157,6 +157,7 @@ def _print_topic(body: dict[str, Any]) -> None:
         ("endpoint_concurrency", body["endpoint_concurrency"]),
         ("priority_mode", body["priority_mode"]),
         ("retry", retry),
+        ("dlq_retention", _dlq_retention(body)),
     ]
     if "backlog" in body:
         queued = ", ".join(f"{p} {n}" for p, n in body["backlog"].items())
@@ -172,6 +173,14 @@ def _print_topic(body: dict[str, Any]) -> None:
             for g in body["per_group"]
         ]
         _table(("GROUP", "HIGH", "MEDIUM", "LOW", "DELAYED"), rows, "")
+
+
+def _dlq_retention(body: dict[str, Any]) -> str:
+    """A topic's DLQ retention; "?" from an API that predates it."""
+    entries, age = body.get("dlq_max_entries"), body.get("dlq_max_age_s")
+    if entries is None or age is None:
+        return "?"
+    return f"{entries} letters per group, none older than {age} s ({age / 86400:g} d)"
 
 
 def _show(args: argparse.Namespace, body: dict[str, Any], verb: str | None = None) -> int:
@@ -200,6 +209,8 @@ def cmd_topic_create(args: argparse.Namespace, settings: Settings) -> int:
             endpoint_concurrency=args.endpoint_concurrency,
             max_backlog=args.max_backlog,
             priority_mode=args.priority_mode,
+            dlq_max_entries=args.dlq_max_entries,
+            dlq_max_age_s=args.dlq_max_age_s,
         ),
     )
     if not args.json:
@@ -227,6 +238,15 @@ def cmd_topic_show(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_topic_set_quota(args: argparse.Namespace, settings: Settings) -> int:
     body = _run(args, settings, lambda c: c.set_quota(args.tenant, args.topic, args.qps))
     return _show(args, body, "updated")
+
+
+def cmd_topic_set_dlq(args: argparse.Namespace, settings: Settings) -> int:
+    changes = {"dlq_max_entries": args.max_entries, "dlq_max_age_s": args.max_age_s}
+    changes = {k: v for k, v in changes.items() if v is not None}
+    if not changes:
+        raise CommandFailed(InvalidInput(None, "give --max-entries and/or --max-age-s"))
+    body = _run(args, settings, lambda c: c.update_topic(args.tenant, args.topic, **changes))
+    return _show(args, body)
 
 
 def cmd_topic_pause(args: argparse.Namespace, settings: Settings) -> int:
@@ -547,6 +567,7 @@ def _add_topic(sub: Subparsers) -> None:
         choices=[m.value for m in PriorityMode],
         help="strict (high>medium>low) or weighted (default strict)",
     )
+    _dlq_flags(create, "--dlq-")
     listing = _command(
         topic,
         "list",
@@ -576,6 +597,17 @@ def _add_topic(sub: Subparsers) -> None:
     )
     _tenant_and_topic(quota)
     quota.add_argument("qps", metavar="QPS", type=int, help="the new quota")
+    dlq = _command(
+        topic,
+        "set-dlq",
+        cmd_topic_set_dlq,
+        role="admin",
+        help="change a topic's dead-letter retention (admin)",
+        description="Change how many dead letters each group of a topic keeps and for how "
+        "long; workers trim to it at the next dead letter or within a minute.",
+    )
+    _tenant_and_topic(dlq)
+    _dlq_flags(dlq, "--")
     for name, func, verb in (
         ("pause", cmd_topic_pause, "Stop delivering"),
         ("resume", cmd_topic_resume, "Resume delivering"),
@@ -589,6 +621,21 @@ def _add_topic(sub: Subparsers) -> None:
             description=f"{verb} a topic's jobs; enqueueing is unaffected.",
         )
         _tenant_and_topic(p)
+
+
+def _dlq_flags(p: argparse.ArgumentParser, prefix: str) -> None:
+    p.add_argument(
+        f"{prefix}max-entries",
+        type=int,
+        metavar="N",
+        help=f"dead letters kept per group (default {DLQ_MAX_ENTRIES})",
+    )
+    p.add_argument(
+        f"{prefix}max-age-s",
+        type=int,
+        metavar="S",
+        help=f"seconds a dead letter is kept (default {DLQ_MAX_AGE_S}, 14 days)",
+    )
 
 
 def _add_enqueue(sub: Subparsers) -> None:

@@ -23,7 +23,17 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NamedTuple, Self
 
-from emq.model import GroupRef, Namespace, Priority, QueueRef, Tenant, Topic, TopicRef
+from emq.model import (
+    DLQ_DEFAULTS,
+    DlqRetention,
+    GroupRef,
+    Namespace,
+    Priority,
+    QueueRef,
+    Tenant,
+    Topic,
+    TopicRef,
+)
 
 _OFFSET_RE = re.compile(r"^(\d+)-(\d+)$")
 
@@ -272,8 +282,26 @@ class QueueBackend(AsyncResource):
         """
 
     @abc.abstractmethod
-    async def dead_letter(self, group: GroupRef, epoch: int, letters: Sequence[DeadLetter]) -> None:
-        """Append to the group's DLQ (``letters[i].id`` is ignored); guarded by ``epoch``."""
+    async def dead_letter(
+        self,
+        group: GroupRef,
+        epoch: int,
+        letters: Sequence[DeadLetter],
+        retention: DlqRetention = DLQ_DEFAULTS,
+    ) -> None:
+        """Append to the group's DLQ (``letters[i].id`` is ignored); guarded by ``epoch``.
+
+        In the same atomic step the DLQ is trimmed to ``retention`` (exactly: the newest
+        ``max_entries`` letters, none older than ``max_age_s``; the new ones count too).
+        """
+
+    @abc.abstractmethod
+    async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
+        """Trim each group's DLQ to its retention, (group, epoch, retention) each, in one round
+        trip; how many letters were removed. Lets a quiet DLQ (no new letter trims it) age out.
+
+        A fenced item (a newer owner claimed the group) removes nothing; never raises Fenced.
+        """
 
     @abc.abstractmethod
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:

@@ -234,6 +234,25 @@ class RetryPolicy:
 
 
 MAX_TOPIC_QPS = 1_000_000
+# Dead-letter retention per group of a topic (README "Data at rest"): a DLQ keeps at most this
+# many letters, none older than this; older ones are trimmed when letters are added and by the
+# owning worker's slow timer. Trims are approximate (whole stream nodes): a little over either.
+DLQ_MAX_ENTRIES = 100_000
+DLQ_MAX_AGE_S = 14 * 86400
+DLQ_LIMITS = {"dlq_max_entries": (1, 100_000_000), "dlq_max_age_s": (60, 365 * 86400)}
+
+
+@dataclass(frozen=True, slots=True)
+class DlqRetention:
+    """How much of a group's dead-letter log a queue backend keeps: the newest ``max_entries``
+    letters, none older than ``max_age_s`` (by the store's clock). A topic's is validated by
+    :class:`Topic`; a backend takes any positive values (tests use short ages)."""
+
+    max_entries: int = DLQ_MAX_ENTRIES
+    max_age_s: float = DLQ_MAX_AGE_S
+
+
+DLQ_DEFAULTS = DlqRetention()
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,15 +273,23 @@ class Topic:
     paused: bool = False
     priority_mode: PriorityMode = PriorityMode.STRICT
     secret: str = field(default="", repr=False)  # Standard Webhooks signing secret (whsec_...)
+    dlq_max_entries: int = DLQ_MAX_ENTRIES  # per group
+    dlq_max_age_s: int = DLQ_MAX_AGE_S
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
         _int_in(self.groups, "groups", 1, self.qps)
         _int_in(self.endpoint_concurrency, "endpoint_concurrency", 1, 10_000)
         _int_in(self.max_backlog, "max_backlog", 1, 1_000_000_000)
+        for name, (lo, hi) in DLQ_LIMITS.items():
+            _int_in(getattr(self, name), name, lo, hi)
 
     def group_refs(self) -> tuple[GroupRef, ...]:
         return tuple(GroupRef(self.ref, i) for i in range(self.groups))
+
+    @property
+    def dlq_retention(self) -> DlqRetention:
+        return DlqRetention(self.dlq_max_entries, self.dlq_max_age_s)
 
 
 # --------------------------------------------------------------------------- jobs

@@ -3,10 +3,36 @@
 A :class:`GroupState` lives from the moment the worker claims the group (with its epoch) until
 it releases it or is fenced. Its three buffers hold fetched jobs in offset order; its
 :class:`~worker.progress.Progress` per queue holds everything fetched and not yet finished.
+
+Ownership lifecycle of a group on this worker (:class:`Lifecycle`, one method per transition;
+an illegal transition is a bug and raises :class:`IllegalTransition`)::
+
+    CLAIMING --contest()--> CONTESTED_WAIT
+       |                         | own()   (after CONTESTED_WAIT_S: the former holder's last
+       | own()                   v          word on the store has run out)
+       +-------------------->  OWNED --release()--> RELEASING --released()--> RELEASED
+                                 |                      |
+                                 +------ drop() --------+--> DROPPED
+                                  (fenced: another worker claimed it; nothing more is written)
+
+- CLAIMING: claimed in the store at its epoch, checkpoints read; not yet registered, so no fetch
+  or dispatch sees it.
+- CONTESTED_WAIT: the claim found a former holder that never released the group (killed, or cut
+  off): the worker waits until that holder's pushes must have stopped.
+- OWNED: registered; fetched from, dispatched, checkpointed, trimmed.
+- RELEASING: handed over: no more fetching or dispatching; in-flight pushes end, the final
+  checkpoint and trim are written.
+- RELEASED: its hold let go and forgotten: nothing more is written.
+- DROPPED: fenced (a newer owner's claim, a fenced write): forgotten at once, nothing written.
+
+RELEASED and DROPPED are final. ``stopped`` (no fetching or dispatching) and ``dropped`` (no
+writes either) are read-only views of the state for the hot path. The fetch and dispatch
+scheduling flags (``hot``, ``queued_fetch``, ``scheduled``) are not ownership and stay plain.
 """
 
 from __future__ import annotations
 
+import enum
 import math
 import time
 from bisect import bisect_left
@@ -33,6 +59,25 @@ from worker.keys import KeyLines
 from worker.progress import Progress
 
 GRANT_WINDOW_S = 1.01
+
+class Lifecycle(enum.Enum):
+    """Where a group is in its ownership by this worker (see the module docstring)."""
+
+    CLAIMING = "claiming"
+    CONTESTED_WAIT = "contested_wait"
+    OWNED = "owned"
+    RELEASING = "releasing"
+    RELEASED = "released"
+    DROPPED = "dropped"
+
+
+class IllegalTransition(RuntimeError):
+    """A lifecycle transition the state machine does not have: a bug in the caller."""
+
+
+_STOPPED = frozenset({Lifecycle.RELEASING, Lifecycle.RELEASED, Lifecycle.DROPPED})
+_GONE = frozenset({Lifecycle.RELEASED, Lifecycle.DROPPED})
+
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
 
 
@@ -214,10 +259,11 @@ class GroupState:
     """One owned group: three buffers sharing one QPS counter."""
 
     __slots__ = (
+        "_dropped",
+        "_stopped",
         "budget",
         "buffers",
         "counter",
-        "dropped",
         "epoch",
         "exhausted",
         "hot",
@@ -229,7 +275,7 @@ class GroupState:
         "ref",
         "scheduled",
         "signals",
-        "stopped",
+        "state",
         "topic",
     )
 
@@ -264,11 +310,54 @@ class GroupState:
         self.budget = budget if budget is not None else ByteBudget(1 << 62)
         self.queued_fetch = False
         self.scheduled = False  # in the dispatcher's heap
-        self.stopped = False  # being released: no more fetching or dispatching
-        self.dropped = False  # fenced or gone: no more writes either
+        self.state = Lifecycle.CLAIMING  # changed only by the transition methods below
+        self._stopped = self._dropped = False
         self.in_flight = 0
         self.keys: KeyLines | None = None  # keys in flight (worker.keys), from the first keyed job
         self.planner = self._planner(topic.topic)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    # Plain slots behind read-only properties, set only by _move: the hot path reads them per
+    # job, and a membership test on an Enum (hashed in Python) would cost a call each time.
+    @property
+    def stopped(self) -> bool:
+        """Being released or gone: no more fetching or dispatching."""
+        return self._stopped
+
+    @property
+    def dropped(self) -> bool:
+        """Released or fenced: no more writes either."""
+        return self._dropped
+
+    def _move(self, to: Lifecycle, *legal_from: Lifecycle) -> None:
+        if self.state not in legal_from:
+            raise IllegalTransition(f"group {self.ref}: {self.state.name} -> {to.name}")
+        self.state = to
+        self._stopped = to in _STOPPED
+        self._dropped = to in _GONE
+
+    def contest(self) -> None:
+        """The claim found a former holder that never let go: wait it out before serving."""
+        self._move(Lifecycle.CONTESTED_WAIT, Lifecycle.CLAIMING)
+
+    def own(self) -> None:
+        """Start serving the group: it may be fetched, dispatched, checkpointed."""
+        self._move(Lifecycle.OWNED, Lifecycle.CLAIMING, Lifecycle.CONTESTED_WAIT)
+
+    def release(self) -> None:
+        """Hand the group over: stop fetching and dispatching; final writes follow."""
+        self._move(Lifecycle.RELEASING, Lifecycle.OWNED)
+
+    def released(self) -> None:
+        """Its final writes are done and its hold let go: nothing more is written."""
+        self._move(Lifecycle.RELEASED, Lifecycle.RELEASING)
+
+    def drop(self) -> None:
+        """Fenced by a newer owner: stop at once and write nothing more."""
+        self._move(Lifecycle.DROPPED, Lifecycle.OWNED, Lifecycle.RELEASING)
+
+    # ------------------------------------------------------------------ quota
 
     @staticmethod
     def _planner(topic: Topic) -> WeightedPlanner | None:

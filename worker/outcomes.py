@@ -131,7 +131,9 @@ class Outcomes:
                     self._finish(group, item)
                 pending.retries = []
             if pending.dead:
-                await self._queues.dead_letter(group.ref, group.epoch, [d for _, d in pending.dead])
+                letters = [d for _, d in pending.dead]
+                retention = group.topic.topic.dlq_retention  # trimmed in the same step
+                await self._queues.dead_letter(group.ref, group.epoch, letters, retention)
                 for item, _ in pending.dead:
                     self._finish(group, item)
                 pending.dead = []

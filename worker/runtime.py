@@ -1,13 +1,10 @@
 """The worker process: ownership, the task set and its lifecycle.
 
-States of a group on this worker::
-
-    (assigned) --claim(epoch) ok--> OWNED --released / re-assigned--> RELEASING --> (gone)
-                     | Fenced     ^          | a fenced write, or a hold check finds it
-                     v            |          v claimed by another worker
-                 (skipped)        |      DROPPED (buffers forgotten, nothing written)
-                                  | after CONTESTED_WAIT_S
-            claim contested ------+  (its former holder never released it: it may still push)
+A group's ownership on this worker is one state (:class:`worker.groups.Lifecycle`; its
+transitions are in :mod:`worker.groups`): CLAIMING, CONTESTED_WAIT (its former holder never
+released it: it may still push, so wait CONTESTED_WAIT_S), OWNED, RELEASING (re-assigned: no
+more fetching, final writes), RELEASED, or DROPPED (a fenced write, or a hold check finds it
+claimed by another worker: buffers forgotten, nothing written). A fenced claim is skipped.
 
 A claim makes this process the group's holder in the store; a release removes it. Every
 HOLD_CHECK_S the worker checks its holds in one round trip and tells the assignment source the
@@ -152,6 +149,7 @@ class Worker:
         self._start("checkpoint", self._checkpoint_loop())
         if self.settings.retain_entries >= 0:
             self._start("trim", self._trim_loop())
+        self._start("dlq-trim", self._trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -308,24 +306,31 @@ class Worker:
             log.info("not claiming %s: no longer assigned to this worker", ref)
             return
         contested, checkpoints = claimed
+        group = GroupState(  # CLAIMING
+            ref, epoch, topic, self._quota(topic, ref), checkpoints, self.fetcher.budget
+        )
         if contested:
             # Its former holder never let go (killed, or cut off): it may push on the store's
             # last word for HOLD_VALID_S; every check it sends from now on finds the group taken.
+            group.contest()
             log.info("claimed %s from a holder that did not release it: starting in %.1f s",
                      ref, CONTESTED_WAIT_S)  # fmt: skip
             await asyncio.sleep(CONTESTED_WAIT_S)
-        quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
-        qps = quota[ref.index] if ref.index < len(quota) else 1
-        group = GroupState(ref, epoch, topic, qps, checkpoints, self.fetcher.budget)
+            group.reconfigure(self._quota(topic, ref))  # the topic may have changed meanwhile
         if any(c is not None for c in checkpoints):
             # Worked before, maybe by another worker until just now: its sends of the last
             # second are in every receiver's window, and this counter never saw them (see
             # capacity.rate, Handover). A group new to everyone starts at once.
             group.counter.quiet(time.time())
+        group.own()
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
         self._trim_later(group)
+
+    def _quota(self, topic: TopicState, ref: GroupRef) -> int:
+        quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
+        return quota[ref.index] if ref.index < len(quota) else 1
 
     async def _claim_once(
         self, ref: GroupRef, epoch: int
@@ -338,7 +343,10 @@ class Worker:
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
-        group.stopped = True
+        if group.dropped:  # fenced while an earlier release was awaited: nothing to write
+            await self.assignment.release(group.ref, group.epoch)
+            return
+        group.release()
         group.drop_buffers()
         deadline = time.monotonic() + self.settings.shutdown_grace_s
         while group.in_flight and time.monotonic() < deadline:
@@ -349,15 +357,18 @@ class Worker:
             await self.trim(group)
         except BackendUnavailable as e:
             log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
-        if not group.dropped:
-            await self._release_holds([group])
+        if not group.dropped:  # (fenced meanwhile: DROPPED, its hold is another's now)
+            group.released()  # before the await: a hold check meanwhile must not drop it
+            await self._let_go([group.ref])
         self._forget(group)
         await self.assignment.release(group.ref, group.epoch)
         log.info("released %s (epoch %d)", group.ref, group.epoch)
 
     async def _release_holds(self, groups: list[GroupState]) -> None:
         """We stopped touching ``groups``: their next owner need not wait (see _claim)."""
-        refs = [g.ref for g in groups if not g.dropped]
+        await self._let_go([g.ref for g in groups if not g.dropped])
+
+    async def _let_go(self, refs: list[GroupRef]) -> None:
         if not refs:
             return
         try:
@@ -384,7 +395,7 @@ class Worker:
             await asyncio.sleep(max(0.0, sent + HOLD_CHECK_S - time.monotonic()))
 
     def _forget(self, group: GroupState) -> None:
-        group.stopped = group.dropped = True
+        """Unregister a RELEASED or DROPPED group."""
         group.drop_buffers()
         if self.groups.get(str(group.ref)) is group:
             del self.groups[str(group.ref)]
@@ -395,6 +406,7 @@ class Worker:
         """A newer owner fenced us: stop touching the group at once and write nothing more."""
         if not group.dropped:
             log.warning("dropping %s: %s", group.ref, reason)
+            group.drop()
             self._forget(group)
             self._dirty.discard(group)
 
@@ -589,6 +601,24 @@ class Worker:
                 await self.trim()
             except BackendUnavailable as e:
                 log.warning("trim failed (%s); will retry", e)
+
+    async def _trim_dead_loop(self) -> None:
+        """Age out the DLQs of owned groups: an append trims its DLQ, but a quiet one gets none."""
+        while True:
+            await asyncio.sleep(self.settings.dlq_trim_interval_s)
+            try:
+                await self.trim_dead()
+            except BackendUnavailable as e:
+                log.warning("DLQ trim failed (%s); will retry", e)
+
+    async def trim_dead(self) -> int:
+        """Trim every owned group's DLQ to its topic's retention, in one round trip."""
+        owned = [g for g in self.groups.values() if not g.dropped]
+        items = [(g.ref, g.epoch, g.topic.topic.dlq_retention) for g in owned]
+        removed = await self.queues.trim_dead(items) if items else 0
+        if removed:
+            log.info("removed %d dead letters past their topics' retention", removed)
+        return removed
 
     async def trim(self, group: GroupState | None = None) -> None:
         """Remove the delivered entries (at or below the written checkpoint, but the newest

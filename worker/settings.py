@@ -31,6 +31,7 @@ class WorkerSettings:
     sweep_interval_s: float = 30.0  # safety net: re-read every owned queue this often
     retain_entries: int = 0  # entries kept below a checkpoint for replay (-1: never trim)
     trim_interval_s: float = 5.0  # delivered entries are removed this often (see README)
+    dlq_trim_interval_s: float = 60.0  # owned groups' DLQs trimmed to retention this often
     shutdown_grace_s: float = 10.0
     aging_s: float = 10.0  # weighted priority: the longest a lower priority waits
 
@@ -54,10 +55,10 @@ class WorkerSettings:
                 "EMQ_WORKER_RETAIN_ENTRIES must be -1 (never trim) or more, "
                 f"got {self.retain_entries}"
             )
-        if self.trim_interval_s <= 0:
-            raise ConfigError(
-                f"EMQ_WORKER_TRIM_INTERVAL_S must be greater than 0, got {self.trim_interval_s}"
-            )
+        for name in ("trim_interval_s", "dlq_trim_interval_s"):
+            value = getattr(self, name)
+            if value <= 0:
+                raise ConfigError(f"EMQ_WORKER_{name.upper()} must be greater than 0, got {value}")
 
     def metrics_ports(self) -> range:
         """The ports to try for the metrics server, in order (empty: no server)."""

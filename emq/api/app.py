@@ -57,6 +57,7 @@ from emq.interfaces import (
     QueueBackend,
 )
 from emq.model import (
+    DLQ_LIMITS,
     MAX_TOPIC_QPS,
     Envelope,
     JobLimits,
@@ -100,12 +101,18 @@ class ApiSettings:
     max_connections: int = dataclasses.field(default=1000, metadata=_POSITIVE)
 
 
-TOPIC_FIELDS = frozenset(
-    {"topic", "qps", "namespace", "retry", "endpoint_concurrency", "max_backlog", "priority_mode"}
-)
 PATCH_FIELDS = frozenset(
-    {"qps", "paused", "retry", "endpoint_concurrency", "max_backlog", "priority_mode"}
+    {
+        "qps",
+        "paused",
+        "retry",
+        "endpoint_concurrency",
+        "max_backlog",
+        "priority_mode",
+        *DLQ_LIMITS,
+    }
 )
+TOPIC_FIELDS = (PATCH_FIELDS - {"paused"}) | {"topic", "namespace"}
 
 
 def _fields(body: object, allowed: frozenset[str]) -> Mapping[str, Any]:
@@ -202,6 +209,8 @@ class Api:
             "endpoint_concurrency": topic.endpoint_concurrency,
             "priority_mode": topic.priority_mode.value,
             "retry": topic.retry.to_dict(),
+            "dlq_max_entries": topic.dlq_max_entries,
+            "dlq_max_age_s": topic.dlq_max_age_s,
         }
         if secret:
             out["secret"] = topic.secret
@@ -306,6 +315,9 @@ class Api:
             new["max_backlog"] = _int(changes["max_backlog"], "max_backlog", 1, 1_000_000_000)
         if "priority_mode" in changes:
             new["priority_mode"] = PriorityMode.parse(changes["priority_mode"])
+        for name, (lo, hi) in DLQ_LIMITS.items():
+            if name in changes:
+                new[name] = _int(changes[name], name, lo, hi)
         return replace(topic, **new)
 
     # ------------------------------------------------------------------ jobs

@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from emq import __version__
+from emq.model import DLQ_LIMITS, DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES
 
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"}
 _NS = {
@@ -15,6 +16,13 @@ _NS = {
     "in": "query",
     "required": False,
     "schema": {"type": "string", "enum": ["online", "sandbox"]},
+}
+
+# Dead-letter retention per group (README "Data at rest").
+_DLQ_DEFAULTS = {"dlq_max_entries": DLQ_MAX_ENTRIES, "dlq_max_age_s": DLQ_MAX_AGE_S}
+_DLQ_SETTINGS: dict[str, Any] = {
+    name: {"type": "integer", "minimum": lo, "maximum": hi, "default": _DLQ_DEFAULTS[name]}
+    for name, (lo, hi) in DLQ_LIMITS.items()
 }
 
 
@@ -92,6 +100,7 @@ _SCHEMAS: dict[str, Any] = {
             "endpoint_concurrency": {"type": "integer", "minimum": 1, "maximum": 10000},
             "max_backlog": {"type": "integer", "minimum": 1},
             "priority_mode": {"type": "string", "enum": ["strict", "weighted"]},
+            **_DLQ_SETTINGS,
         },
         "additionalProperties": False,
     },
@@ -109,6 +118,7 @@ _SCHEMAS: dict[str, Any] = {
             "endpoint_concurrency": {"type": "integer"},
             "priority_mode": {"type": "string"},
             "retry": _ref("Retry"),
+            **_DLQ_SETTINGS,
             "secret": {"type": "string", "description": "signing secret; only on creation"},
             "backlog": {
                 "type": "object",

@@ -371,6 +371,8 @@ async def test_nodes_hold_json_and_only_the_token_hash(
         "paused": False,
         "priority_mode": "strict",
         "secret": "whsec_x",
+        "dlq_max_entries": 100_000,
+        "dlq_max_age_s": 14 * 86400,
     }
 
 

@@ -21,7 +21,7 @@ from adapters.memory_queue import MemoryQueueBackend
 from adapters.redis_queue import RedisQueueBackend, connect
 from emq.errors import BackendUnavailable, Fenced, InvalidInput
 from emq.interfaces import ZERO_OFFSET, DeadLetter, Entry, Offset, PutItem, QueueBackend
-from emq.model import GroupRef, Namespace, Priority, QueueRef, TopicRef
+from emq.model import DlqRetention, GroupRef, Namespace, Priority, QueueRef, TopicRef
 from emq.naming import RedisKeys
 from emq.stack import free_port
 from tests.adapters.conftest import IDEMPOTENCY_WINDOW_S, Subject
@@ -333,6 +333,62 @@ async def test_dead_letters_list_page_and_replay(backend: QueueBackend) -> None:
         await backend.replay_dead(g, ["+"], 10)
     with pytest.raises(InvalidInput):
         await backend.list_dead(g, "nope", 10)
+
+
+async def payloads_dead(backend: QueueBackend, g: GroupRef) -> list[bytes]:
+    return [d.payload for d in await backend.list_dead(g, None, 1000)]
+
+
+async def test_a_dead_letter_append_keeps_the_newest_max_entries(backend: QueueBackend) -> None:
+    g = group()
+    await backend.claim(g, 2)
+    keep3 = DlqRetention(max_entries=3)
+    await backend.dead_letter(g, 2, [letter(HIGH, f"a{i}".encode()) for i in range(5)], keep3)
+    assert await payloads_dead(backend, g) == [b"a2", b"a3", b"a4"]  # exactly, the new ones too
+    await backend.dead_letter(g, 2, [letter(LOW, b"b0")], keep3)
+    assert await payloads_dead(backend, g) == [b"a3", b"a4", b"b0"]
+    await backend.claim(g, 3)
+    with pytest.raises(Fenced):  # a fenced append neither adds nor trims
+        await backend.dead_letter(g, 2, [letter(LOW, b"stale")], DlqRetention(max_entries=1))
+    assert await payloads_dead(backend, g) == [b"a3", b"a4", b"b0"]
+    assert await backend.trim_dead([(g, 2, DlqRetention(max_entries=1))]) == 0  # fenced
+    assert await backend.trim_dead([(g, 3, DlqRetention(max_entries=1))]) == 2  # no letter needed
+    assert await payloads_dead(backend, g) == [b"b0"]
+
+
+async def add_aged_letter(subject: Subject, g: GroupRef, payload: bytes, age_s: int) -> None:
+    """A dead letter ``age_s`` old. In memory the injected clock moves on after it; on Redis
+    (whose ids come from its own clock) it is written with an id from ``age_s`` ago."""
+    if subject.raw is None:
+        await subject.backend.dead_letter(g, 1, [letter(HIGH, payload)])
+        subject.clock.advance(age_s)
+        return
+    fields = {"priority": "high", "payload": payload, "error": "HTTP 500", "status": "500"}
+    fields |= {"attempts": "8", "failed_at": "1700000000000"}
+    await subject.raw.xadd(subject.keys.dlq(g), fields, id=f"{now_ms() - age_s * 1000}-0")
+
+
+async def test_dead_letters_older_than_max_age_are_trimmed(subject: Subject) -> None:
+    backend, g = subject.backend, group()
+    await backend.claim(g, 1)
+    await add_aged_letter(subject, g, b"old", 3600)
+    await backend.dead_letter(g, 1, [letter(HIGH, b"new")])  # default retention: 14 days
+    assert await payloads_dead(backend, g) == [b"old", b"new"]
+    hour = DlqRetention(max_age_s=3600 - 60)
+    # A quiet DLQ ages out on the periodic trim, one round trip for many groups (and slots).
+    others = [(group(f"quiet{i}"), 1, hour) for i in range(5)]
+    assert await backend.trim_dead([(g, 1, hour), *others]) == 1
+    assert await payloads_dead(backend, g) == [b"new"]
+    assert await backend.trim_dead([(g, 1, hour)]) == 0
+    assert await backend.trim_dead([]) == 0
+
+
+async def test_a_dead_letter_append_trims_letters_past_max_age(subject: Subject) -> None:
+    backend, g = subject.backend, group()
+    await backend.claim(g, 1)
+    await add_aged_letter(subject, g, b"old", 7200)
+    await backend.dead_letter(g, 1, [letter(LOW, b"new")], DlqRetention(max_age_s=3600))
+    assert await payloads_dead(backend, g) == [b"new"]
 
 
 # --------------------------------------------------------------------------- failures

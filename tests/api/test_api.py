@@ -11,6 +11,7 @@ from typing import Any
 
 from kazoo.client import KazooClient
 
+from adapters.zk_config import decode_topic
 from emq.interfaces import ZERO_OFFSET, DeadLetter
 from emq.model import Namespace, Priority, TopicRef
 from tests.api.conftest import ADMIN, Api
@@ -138,6 +139,46 @@ async def test_patch_changes_quota_and_pause_live(api: Api) -> None:
     assert lowered["groups"] == 7 and sum(lowered["group_qps"]) == 200
     stored = await api.config.get_topic(TopicRef(Namespace.ONLINE, "acme", "orders"))
     assert (stored.qps, stored.groups, stored.paused) == (200, 7, True)
+
+
+async def test_dlq_retention_is_set_at_create_and_patch_and_shown(
+    api: Api, zk_client: KazooClient
+) -> None:
+    await api.tenant("acme")
+    plain = await api.topic("acme", "plain", 100)
+    assert (plain["dlq_max_entries"], plain["dlq_max_age_s"]) == (100_000, 14 * 86400)
+    made = await api.topic("acme", "orders", 100, dlq_max_entries=500, dlq_max_age_s=3600)
+    assert (made["dlq_max_entries"], made["dlq_max_age_s"]) == (500, 3600)
+    url = "/v1/tenants/acme/topics/orders"
+    r = await api.client.patch(url, json={"dlq_max_age_s": 86400}, headers=ADMIN)
+    assert r.status == 200 and (await r.json())["dlq_max_age_s"] == 86400
+    shown = await (await api.client.get(url, headers=ADMIN)).json()
+    assert (shown["dlq_max_entries"], shown["dlq_max_age_s"]) == (500, 86400)
+    ref = TopicRef(Namespace.ONLINE, "acme", "orders")
+    stored = await api.config.get_topic(ref)
+    assert stored.dlq_retention.max_entries == 500 and stored.dlq_retention.max_age_s == 86400
+    for bad in ({"dlq_max_entries": 0}, {"dlq_max_age_s": 59}, {"dlq_max_entries": "9"}):
+        r = await api.client.patch(url, json=bad, headers=ADMIN)
+        assert r.status == 422, bad
+    r = await api.client.post(
+        "/v1/tenants/acme/topics", json={"topic": "x", "qps": 1, "dlq_max_age_s": 0}, headers=ADMIN
+    )
+    assert r.status == 422
+    # A topic stored before DLQ retention existed reads back with the defaults.
+    path = next(p for p in _walk(zk_client, "/") if p.endswith("/acme/orders"))
+    raw = json.loads(zk_client.get(path)[0])
+    assert (raw["dlq_max_entries"], raw["dlq_max_age_s"]) == (500, 86400)
+    del raw["dlq_max_entries"], raw["dlq_max_age_s"]
+    old = decode_topic(ref, json.dumps(raw).encode())
+    assert (old.dlq_max_entries, old.dlq_max_age_s, old.qps) == (100_000, 14 * 86400, 100)
+
+
+def _walk(zk: KazooClient, path: str) -> list[str]:
+    children = zk.get_children(path)
+    found = [path]
+    for child in children:
+        found += _walk(zk, f"{path.rstrip('/')}/{child}")
+    return found
 
 
 async def test_dlq_list_pages_and_replay(api: Api) -> None:

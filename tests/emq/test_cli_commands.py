@@ -184,6 +184,21 @@ async def test_admin_commands(emq_api: EmqApi) -> None:
     assert readable.code == 0 and "acme" in readable.out and "Acme Corp" in readable.out
 
 
+async def test_dlq_retention_commands(emq_api: EmqApi) -> None:
+    await emq_api.admin("tenant", "create", "acme")
+    topic = await emq_api.admin(
+        "topic", "create", "acme", "orders", "--qps", "10", "--dlq-max-entries", "500",
+        "--dlq-max-age-s", "3600",
+    )  # fmt: skip
+    assert (topic["dlq_max_entries"], topic["dlq_max_age_s"]) == (500, 3600)
+    changed = await emq_api.admin("topic", "set-dlq", "acme", "orders", "--max-age-s", "86400")
+    assert (changed["dlq_max_entries"], changed["dlq_max_age_s"]) == (500, 86400)
+    shown = await emq_api.run("topic", "show", "acme", "orders", EMQ_ADMIN_TOKEN=ADMIN_TOKEN)
+    assert "dlq_retention         500 letters per group, none older than 86400 s (1 d)" in shown.out
+    nothing = await emq_api.run("topic", "set-dlq", "acme", "orders", EMQ_ADMIN_TOKEN=ADMIN_TOKEN)
+    assert nothing.code != 0 and "give --max-entries and/or --max-age-s" in nothing.err
+
+
 async def test_tenant_commands_with_the_tenant_token(emq_api: EmqApi, settings: Settings) -> None:
     token = await _tenant(emq_api)
     as_acme = {"EMQ_TOKEN": token}
