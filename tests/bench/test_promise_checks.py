@@ -144,6 +144,8 @@ def keyed(at: float, seq: int, status: int = 200, key: str = "k") -> Delivery:
 def test_key_order_kept() -> None:
     log = [keyed(1.0, 0), keyed(1.1, 1), keyed(1.2, 2), keyed(1.05, 0, key="z")]
     assert key_inversions(log) == {"inversions": 0, "keys": 2, "first": None}
+    mixed = [keyed(1.0, 1), d(1.1, "k0", key="k", seq=0, priority="high")]
+    assert key_inversions(mixed)["inversions"] == 0  # a high of the key may pass its lows
 
 
 def test_key_order_broken_counts_each_overtaken_job() -> None:
