@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 import math
 import random
 import tempfile
@@ -226,7 +227,7 @@ def _crash(run: Run) -> None:
     victim = next(p for p in run.rig.procs if p.name.startswith("w") and p.alive)
     victim.kill()
     run.faults.append(time.time())
-    run.rig.worker(f"{victim.name}-r", **WORKER_ENV)
+    run.rig.worker(f"{victim.name}-r", False, **WORKER_ENV)
 
 
 async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
@@ -329,6 +330,21 @@ def run(
         and not any("error" in r for r in results),
         "seeds": results,
     }
+
+
+def run_cli(
+    seeds: int, duration_s: float | None, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """``emq bench promises``: seeds ``1..seeds``, each ``duration_s`` long (30 by default); a
+    bad value is one :class:`~emq.errors.EmqError` line."""
+    for name in ("kazoo", "adapters"):  # the run's own clients: only errors are news here
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if not 1 <= seeds <= 100:
+        raise EmqError("--seeds must be between 1 and 100")
+    duration_s = 30.0 if duration_s is None else duration_s
+    if not 5 <= duration_s <= 600:
+        raise EmqError("--duration-s must be between 5 and 600")
+    return run(range(1, seeds + 1), duration_s, say=say)
 
 
 def summary(doc: dict[str, Any]) -> str:

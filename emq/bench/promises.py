@@ -241,6 +241,46 @@ def _sustained(times: Sequence[float], schedule: Sequence[tuple[float, Quota]]) 
     return min(rates, default=None)
 
 
+def backlogged_rate(
+    log: Sequence[Delivery],
+    topic: str,
+    quota: Quota,
+    changes: Sequence[tuple[float, Quota]] = (),
+    backlog_s: float = 2.0,
+) -> float | None:
+    """Invariant 2's floor: requests of ``topic`` over what its quota owed, counted only in the
+    complete wall-clock seconds (after its first request) that ended with at least ``backlog_s``
+    seconds of its quota ready and undelivered (a backlog: jobs whose enqueue time + delay, from
+    their URL, had passed and whose first 2xx had not come). Seconds less than :data:`APPLY_S`
+    after a quota change, or straddling one, are left out. None: no such second."""
+    firsts = [d for d in first_ok(log).values() if d.topic == topic and d.ready is not None]
+    arrivals = sorted(d.at for d in log if d.topic == topic)
+    if not firsts or not arrivals:
+        return None
+    readies = sorted(d.ready for d in firsts if d.ready is not None)
+    dones = sorted(d.at for d in firsts)
+    schedule = [(-math.inf, quota), *changes]
+    owed = got = 0
+    for second in range(int(arrivals[0]) + 1, int(arrivals[-1]) + 1):
+        qps = _owed(schedule, second)
+        end = second + 1
+        backlog = bisect.bisect_right(readies, end) - bisect.bisect_right(dones, end)
+        if qps is None or backlog < backlog_s * qps:
+            continue
+        owed += qps
+        got += bisect.bisect_left(arrivals, end) - bisect.bisect_left(arrivals, second)
+    return got / owed if owed else None
+
+
+def _owed(schedule: Sequence[tuple[float, Quota]], second: int) -> int | None:
+    """The qps owed over ``[second, second + 1)``; None near or across a change."""
+    for i, (at, quota) in enumerate(schedule):
+        end = schedule[i + 1][0] if i + 1 < len(schedule) else math.inf
+        if (at + APPLY_S if i else at) <= second and second + 1 <= end:
+            return quota.qps
+    return None
+
+
 # --------------------------------------------------------------------------- duplicates, order
 
 
@@ -387,8 +427,8 @@ def check(
     """Every figure: loss, duplicates (and those before any of the ``faults``), per-topic quota
     figures (``quotas`` as first set, ``changes`` per topic), priority and key order, and:
 
-    * ``steady``: topics backlogged from their first delivery to their last, with endpoints
-      that answer 2xx: their least sustained rate (``sustained_min_ratio``);
+    * ``steady``: topics whose jobs carry their enqueue time and whose endpoints answer 2xx:
+      their least :func:`backlogged_rate` (``sustained_min_ratio``);
     * ``misbehaving``: topics flooded or with failing/hanging endpoints; if any, the steady
       topics' least sustained rate is also ``isolation_min_ratio`` (what they got meanwhile);
     * given ``window``, each topic's longest gap within it.
@@ -405,7 +445,11 @@ def check(
         for topic, figures in topics.items():
             figures["longest_gap_s"] = round(longest_gap(times.get(topic, []), *window), 3)
     worst = max(topics.values(), key=lambda f: f["window_ratio"], default=None)
-    rates = [topics[t]["sustained_ratio"] for t in steady if t in topics]
+    for topic in steady:
+        if topic in topics:
+            rate = backlogged_rate(log, topic, quotas[topic], changes.get(topic, ()))
+            topics[topic]["backlogged_ratio"] = None if rate is None else round(rate, 3)
+    rates = [topics[t]["backlogged_ratio"] for t in steady if t in topics]
     sustained_min = min((r for r in rates if r is not None), default=None)
     waits = high_waits(log)
     grace = {  # the longest a quota in force lets a high job wait for the group's next slot

@@ -4,9 +4,15 @@ rate, priority order, key order, isolation), and the verdict table built from th
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
+from emq.bench import mixed
 from emq.bench.promises import (
+    BOUNDS,
     Delivery,
     Quota,
+    backlogged_rate,
     check,
     figures,
     key_inversions,
@@ -16,6 +22,7 @@ from emq.bench.promises import (
     quota_figures,
     unexplained_duplicates,
     verdict,
+    verdict_of,
 )
 
 
@@ -69,10 +76,14 @@ def test_a_quota_lowered_live_is_owed_from_apply_s_after_the_change() -> None:
 
 
 def test_sustained_rate_of_steady_topics_and_across_changes() -> None:
-    steady = [10 + i / 10 for i in range(60)]  # 10/s for 6 s at qps 10
-    slow = [10 + i / 5 for i in range(30)]  # 5/s: half the quota
-    kept = check([d(t, f"a{t}") for t in steady], [], [], {"a": Quota(10)}, steady=["a"])
-    broken = check([d(t, f"a{t}") for t in slow], [], [], {"a": Quota(10)}, steady=["a"])
+    steady = [10 + i / 10 for i in range(60)]  # 10/s for 6 s at qps 10, all ready at 10
+    slow = [10 + i / 5 for i in range(40)]  # 5/s: half the quota
+    kept = check(
+        [d(t, f"a{t}", enqueued=10.0) for t in steady], [], [], {"a": Quota(10)}, steady=["a"]
+    )
+    broken = check(
+        [d(t, f"a{t}", enqueued=10.0) for t in slow], [], [], {"a": Quota(10)}, steady=["a"]
+    )
     assert kept["sustained_min_ratio"] == 1.0 and verdict(kept)["sustained_min_ratio"]
     assert broken["sustained_min_ratio"] == 0.5 and not verdict(broken)["sustained_min_ratio"]
     # Raised from 10 to 20 at t=20: 10/s before, 20/s from 22 on: both stretches at quota.
@@ -83,8 +94,8 @@ def test_sustained_rate_of_steady_topics_and_across_changes() -> None:
 
 
 def test_isolation_is_the_steady_topics_rate_while_others_misbehave() -> None:
-    good = [d(10 + i / 10, f"a{i}") for i in range(60)]
-    starved = [d(10 + i / 5, f"a{i}") for i in range(30)]
+    good = [d(10 + i / 10, f"a{i}", enqueued=10.0) for i in range(60)]
+    starved = [d(10 + i / 5, f"a{i}", enqueued=10.0) for i in range(40)]
     noisy = [d(10 + i / 100, f"n{i}", topic="noisy", status=500) for i in range(300)]
     quotas = {"a": Quota(10), "noisy": Quota(100)}
     kept = check(good + noisy, [], [], quotas, steady=["a"], misbehaving=["noisy"])
@@ -165,3 +176,51 @@ def test_parse_log_reads_enqueue_time_delay_and_sequence() -> None:
     assert (row.seq, row.enqueued, row.delay_s, row.ready) == (7, 1.25, 0.5, 1.75)
     (bare,) = parse_log([[2.0, "a", "m", 200, "e=x"]])
     assert bare.enqueued is None and bare.ready is None and bare.delay_s == 0.0
+
+
+def test_bench_promises_bad_arguments_are_one_line_and_a_non_zero_exit() -> None:
+    for args, word in ((["--seeds", "0"], "--seeds"), (["--duration-s", "1"], "--duration-s")):
+        done = subprocess.run(
+            [sys.executable, "-m", "emq", "bench", "promises", *args],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.returncode == 1 and done.stdout == ""
+        assert done.stderr.startswith("emq: error: ") and done.stderr.count("\n") == 1
+        assert word in done.stderr, done.stderr
+
+
+def test_worst_figures_over_seeds_and_the_summary_table() -> None:
+    seeds = [
+        {"seed": 1, "figures": {"lost": 0, "sustained_min_ratio": 0.97, "key_inversions": 3}},
+        {"seed": 2, "figures": {"lost": 2, "sustained_min_ratio": 0.99, "key_inversions": 0}},
+    ]
+    worst = mixed.worst(seeds)
+    assert worst["lost"] == 2 and worst["sustained_min_ratio"] == 0.97
+    assert worst["key_inversions"] == 3 and worst["priority_inversions"] is None
+    doc = {
+        "seeds": seeds,
+        "bounds": {k: f"{op} {b:g}" for k, (op, b) in BOUNDS.items()},
+        "worst": worst,
+        "pass": {k: None if v is None else verdict_of(k, v) for k, v in worst.items()},
+    }
+    table = mixed.summary(doc)
+    assert "| lost | 0 | 2 | 2 | <= 0 | **no** |" in table
+    assert "| priority_inversions | - | - | None | <= 0 | not measured |" in table
+
+
+def test_the_backlogged_rate_counts_only_seconds_that_ended_with_a_backlog() -> None:
+    # 100 jobs of qps 10 all ready at t=10; delivered 10/s from 10.0 to 19.9: the backlog lasts
+    # 2 s of quota until t=18, so seconds 11..17 are judged (10 each: ratio 1.0); then a trickle.
+    log = [d(10 + i / 10, f"a{i}", enqueued=10.0) for i in range(100)]
+    log += [d(25 + i, f"t{i}", enqueued=25.0 + i) for i in range(5)]  # no backlog: not judged
+    assert backlogged_rate(log, "a", Quota(10)) == 1.0
+    slow = [d(10 + i / 8, f"a{i}", enqueued=10.0) for i in range(100)]  # 8/s with a backlog
+    assert backlogged_rate(slow, "a", Quota(10)) == 0.8
+    assert backlogged_rate(log[-5:], "a", Quota(10)) is None  # never a backlog
+    # Raised to 20 at t=14: seconds 14 and 15 are left out, 16.. owe 20.
+    raised = [d(10 + i / 10, f"a{i}", enqueued=10.0) for i in range(40)]
+    raised += [d(14 + i / 20, f"b{i}", enqueued=10.0) for i in range(200)]
+    assert backlogged_rate(raised, "a", Quota(10), [(14.0, Quota(20))]) == 1.0
