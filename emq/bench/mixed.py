@@ -45,6 +45,7 @@ KINDS = ("steady", "steady", "steady", "flood", "fail", "busy", "hang", "slow")
 MISBEHAVING = frozenset({"flood", "fail", "busy", "hang", "slow"})
 PRIORITIES = ("high", "medium", "low")
 STEADY_MIN_JOBS = 100  # fewer and one job more or less moves the sustained rate by >1 %
+SLOW_MS = 300  # how long a slow endpoint takes to answer
 WORKER_ENV = {"EMQ_WORKER_REQUEST_TIMEOUT_S": "1"}  # hanging jobs reach the DLQ in seconds
 
 
@@ -163,7 +164,7 @@ class Run:
             job["delay_s"] = round(rng.uniform(0.1, 2.0), 2)
             query += f"&d={job['delay_s']}"
         kind = {"steady": "t", "flood": "t", "fail": f"fail/{t.fails}"}.get(t.kind, t.kind)
-        kind = {"busy": f"busy/{t.fails}", "slow": "slow/300"}.get(kind, kind)
+        kind = {"busy": f"busy/{t.fails}", "slow": f"slow/{SLOW_MS}"}.get(kind, kind)
         job["url"] = self.rig.url(t.name, kind, query)
         return job
 
@@ -255,6 +256,7 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
         changes=run.changes,
         steady=[] if run.faults else _steady(spec),
         misbehaving=[t.name for t in spec.topics if t.kind in MISBEHAVING],
+        answer_s={t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
     )
     return {
         "seed": spec.seed,

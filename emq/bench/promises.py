@@ -389,6 +389,23 @@ def key_inversions(log: Sequence[Delivery]) -> dict[str, Any]:
     return {"inversions": overtaken, "keys": len(keys), "first": worst or None}
 
 
+def key_overlaps(log: Sequence[Delivery], answer_s: Mapping[str, float]) -> int:
+    """Invariant 5's "at most one of a key in flight": requests of a key that arrived while the
+    key's previous request was still unanswered. Only topics whose endpoint answers after a
+    known delay (``answer_s``, e.g. the sink's ``/slow/<ms>/``) show it; a hang is never answered
+    and its topic is left out."""
+    arrivals: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
+    for d in log:
+        if d.key is not None and d.topic in answer_s:
+            arrivals[(d.topic, d.key)].append(d.at)
+    overlaps = 0
+    for (topic, _), times in arrivals.items():
+        times.sort()
+        busy = answer_s[topic] * 0.95  # the sink's timer may fire a little early
+        overlaps += sum(1 for a, b in itertools.pairwise(times) if b - a < busy)
+    return overlaps
+
+
 # --------------------------------------------------------------------------- gaps
 
 
@@ -423,6 +440,7 @@ def check(
     changes: Mapping[str, Sequence[tuple[float, Quota]]] | None = None,
     steady: Sequence[str] = (),
     misbehaving: Sequence[str] = (),
+    answer_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Every figure: loss, duplicates (and those before any of the ``faults``), per-topic quota
     figures (``quotas`` as first set, ``changes`` per topic), priority and key order, and:
@@ -431,6 +449,8 @@ def check(
       their least :func:`backlogged_rate` (``sustained_min_ratio``);
     * ``misbehaving``: topics flooded or with failing/hanging endpoints; if any, the steady
       topics' least sustained rate is also ``isolation_min_ratio`` (what they got meanwhile);
+    * ``answer_s``: topics whose endpoint answers after that many seconds: keyed requests sent
+      while the key's previous one was unanswered (:func:`key_overlaps`);
     * given ``window``, each topic's longest gap within it.
     """
     accepted = set(accepted)
@@ -476,7 +496,7 @@ def check(
         "isolation_min_ratio": sustained_min if misbehaving else None,
         "priority": priority_inversions(log, grace),
         "high_wait_p99_s": round(waits[int(0.99 * (len(waits) - 1))], 3) if waits else None,
-        "keys": key_inversions(log),
+        "keys": key_inversions(log) | {"overlaps": key_overlaps(log, answer_s or {})},
         "topics": topics,
     }
 
@@ -492,6 +512,7 @@ BOUNDS: dict[str, tuple[str, float]] = {
     "isolation_min_ratio": (">=", 0.95),
     "priority_inversions": ("<=", 0),
     "key_inversions": ("<=", 0),
+    "key_overlaps": ("<=", 0),
 }
 
 
@@ -506,6 +527,7 @@ def figures(result: Mapping[str, Any]) -> dict[str, Any]:
         "isolation_min_ratio": result["isolation_min_ratio"],
         "priority_inversions": result["priority"]["inversions"],
         "key_inversions": result["keys"]["inversions"],
+        "key_overlaps": result["keys"]["overlaps"],
     }
 
 

@@ -16,6 +16,7 @@ from emq.bench.promises import (
     check,
     figures,
     key_inversions,
+    key_overlaps,
     parse_log,
     priority_grace_s,
     priority_inversions,
@@ -224,3 +225,13 @@ def test_the_backlogged_rate_counts_only_seconds_that_ended_with_a_backlog() -> 
     raised = [d(10 + i / 10, f"a{i}", enqueued=10.0) for i in range(40)]
     raised += [d(14 + i / 20, f"b{i}", enqueued=10.0) for i in range(200)]
     assert backlogged_rate(raised, "a", Quota(10), [(14.0, Quota(20))]) == 1.0
+
+
+def test_key_overlaps_are_requests_of_a_key_sent_before_the_previous_was_answered() -> None:
+    one_at_a_time = [keyed(1.0, 0), keyed(1.31, 1), keyed(1.62, 2), keyed(1.1, 0, key="z")]
+    assert key_overlaps(one_at_a_time, {"a": 0.3}) == 0
+    two_in_flight = [keyed(1.0, 0), keyed(1.05, 1), keyed(1.4, 2)]
+    assert key_overlaps(two_in_flight, {"a": 0.3}) == 1
+    assert key_overlaps(two_in_flight, {}) == 0  # an endpoint answering at once shows nothing
+    out = check(two_in_flight, [], [], {"a": Quota(10)}, answer_s={"a": 0.3})
+    assert verdict(out)["key_overlaps"] is False

@@ -76,3 +76,7 @@ def test_priority_order_within_a_group(result: dict[str, Any]) -> None:
 
 def test_order_per_key(result: dict[str, Any]) -> None:
     assert figure(result, "key_inversions") == 0, result["detail"]["keys"]
+
+
+def test_at_most_one_job_of_a_key_in_flight(result: dict[str, Any]) -> None:
+    assert figure(result, "key_overlaps") == 0, result["detail"]["keys"]
