@@ -187,14 +187,15 @@ class Run:
         self.changes.setdefault(t.name, []).append((time.time(), quota))
 
 
-async def _probe(rig: Rig, run: Run, timeout_s: float = 30.0) -> None:
+async def _probe(rig: Rig, run: Run, timeout_s: float = 60.0) -> None:
     """Wait until the workers deliver (a probe job of a topic of its own)."""
     probe = TopicSpec("probe", "steady", 50, 1, 0, 0, 0, 1, 0)
     await run.create(probe)
     await run.enqueue(probe, 1)
     await rig.wait_delivered(set(rig.accepted), timeout_s)
     if not rig.accepted <= promises.delivered_ids(await rig.deliveries()):
-        raise EmqError(f"the workers did not deliver within {timeout_s:g} s")
+        tails = "; ".join(f"{p.name}: {p.log(300)!r}" for p in rig.procs if p.name != "api")
+        raise EmqError(f"the workers did not deliver within {timeout_s:g} s ({tails})")
 
 
 async def _timeline(run: Run) -> None:

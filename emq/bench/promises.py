@@ -176,9 +176,8 @@ def quota_figures(
     stretches between changes, each counted from :data:`APPLY_S` after its change.
     """
     schedule = [(-math.inf, quota), *changes]
-    second, second_over = _busiest(times, schedule, lambda t: float(int(t)))
-    window, window_over = _busiest(times, schedule, lambda t: t)
-    window_at = busiest_window_at(times)[1]
+    second, second_over, _ = _busiest(times, schedule, lambda t: float(int(t)))
+    window, window_over, worst = _busiest(times, schedule, lambda t: t)
     rate = _sustained(times, schedule)
     top = max(q.qps for _, q in schedule)
     return {
@@ -190,7 +189,8 @@ def quota_figures(
         # With changes, the ratio is to the limit in force (qps + groups), not to a single qps.
         "second_ratio": round(second / top if not changes else second_over, 3),
         "window_ratio": round(window / top if not changes else window_over, 3),
-        "busiest_window_at": window_at,
+        "busiest_window_at": busiest_window_at(times)[1],
+        "worst_window": worst,  # [count, limit in force, start] of the window most over its limit
         "sustained_ratio": None if rate is None else round(rate, 3),
         "second_within": second_over <= 1.0,
         "within": second_over <= 1.0 and window_over <= 1.0,
@@ -212,18 +212,21 @@ def _in_force(schedule: Sequence[tuple[float, Quota]], start: float, end: float)
 
 def _busiest(
     times: Sequence[float], schedule: Sequence[tuple[float, Quota]], start_of: Any
-) -> tuple[int, float]:
-    """The most arrivals in one window starting at ``start_of(arrival)`` (1 s long), and the
-    highest count / limit-in-force of any window (above 1.0: over quota)."""
-    best, over = 0, 0.0
+) -> tuple[int, float, list[Any]]:
+    """The most arrivals in one window starting at ``start_of(arrival)`` (1 s long), the highest
+    count / limit-in-force of any window (above 1.0: over quota) and that window's
+    ``[count, limit, start]``."""
+    best, over, worst = 0, 0.0, [0, 0, None]
     for i, t in enumerate(times):
         start = start_of(t)
         if i and start_of(times[i - 1]) == start:
             continue  # the same window as the previous arrival's
         j = bisect.bisect_left(times, start + 1.0, lo=i)
         limit = _in_force(schedule, start, start + 1.0).limit
-        best, over = max(best, j - i), max(over, (j - i) / limit)
-    return best, over
+        best = max(best, j - i)
+        if (j - i) / limit > over:
+            over, worst = (j - i) / limit, [j - i, limit, start]
+    return best, over, worst
 
 
 def _sustained(times: Sequence[float], schedule: Sequence[tuple[float, Quota]]) -> float | None:
@@ -487,11 +490,7 @@ def check(
         "max_second_ratio": max((f["second_ratio"] for f in topics.values()), default=0.0),
         "max_window_ratio": worst["window_ratio"] if worst else 0.0,
         "quota_held": all(f["within"] for f in topics.values()),
-        "quota_exceeded": {
-            t: [f["busiest_window"], f["limit"], f["busiest_window_at"]]
-            for t, f in topics.items()
-            if not f["within"]
-        },
+        "quota_exceeded": {t: f["worst_window"] for t, f in topics.items() if not f["within"]},
         "sustained_min_ratio": sustained_min,
         "isolation_min_ratio": sustained_min if misbehaving else None,
         "priority": priority_inversions(log, grace),
