@@ -179,6 +179,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else faults.summary(doc))
         return 0 if doc["pass"] else 1
+    if args.name == "promises":
+        from emq.bench import mixed
+
+        doc = mixed.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
+        return 0 if doc["ok"] else 1
     if args.duration_s is None:
         args.duration_s = 10.0
     if args.name == "all":
@@ -299,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "all"])
+    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "all"])
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
@@ -308,7 +316,14 @@ def build_parser() -> argparse.ArgumentParser:
         type=float,
         default=None,
         help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
-        "hanging window, Redis load; the trials' own defaults if not given)",
+        "hanging window, Redis load; the trials' own defaults if not given); promises: the "
+        "length of each seed's run (30)",
+    )
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="promises: run the randomized mixed workloads of seeds 1..N (3)",
     )
     bench.add_argument(
         "--trials",
@@ -331,7 +346,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
     )
     bench.add_argument(
-        "--out", metavar="FILE", help="all, faults: also write the JSON document to FILE"
+        "--out", metavar="FILE", help="all, faults, promises: also write the JSON document to FILE"
     )
     bench.add_argument(
         "--durability",

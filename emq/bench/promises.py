@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -43,6 +44,14 @@ class Delivery:
     group: int | None = None
     priority: str | None = None
     key: str | None = None
+    enqueued: float | None = None  # ``e``: epoch seconds when the client enqueued the job
+    delay_s: float = 0.0  # ``d``: the job's ``delay_s``
+    seq: int | None = None  # ``s``: the job's place in its key's enqueue order
+
+    @property
+    def ready(self) -> float | None:
+        """When the job became deliverable: enqueued plus its delay (None: not carried)."""
+        return None if self.enqueued is None else self.enqueued + self.delay_s
 
     @property
     def ok(self) -> bool:
@@ -62,13 +71,32 @@ class Quota:
 
 
 def parse_log(rows: Iterable[Sequence[Any]]) -> list[Delivery]:
-    """Records from the sink's ``/_log`` rows: ``[at, topic, webhook_id, status, query]``."""
+    """Records from the sink's ``/_log`` rows: ``[at, topic, webhook_id, status, query]``.
+
+    The query carries what the enqueuing client knew: ``g`` group, ``p`` priority, ``k`` key,
+    ``s`` sequence within the key, ``e`` enqueue time (epoch seconds), ``d`` delay in seconds.
+    """
     out = []
     for at, topic, job_id, status, query in rows:
         q = {k: v[0] for k, v in parse_qs(query or "").items()}
-        group = int(q["g"]) if q.get("g", "").isdigit() else None
-        out.append(Delivery(float(at), job_id, topic, int(status), group, q.get("p"), q.get("k")))
+        out.append(
+            Delivery(
+                float(at), job_id, topic, int(status), _int(q.get("g")), q.get("p"), q.get("k"),
+                _float(q.get("e")), _float(q.get("d")) or 0.0, _int(q.get("s")),
+            )
+        )  # fmt: skip
     return out
+
+
+def _int(value: str | None) -> int | None:
+    return int(value) if value is not None and value.isdigit() else None
+
+
+def _float(value: str | None) -> float | None:
+    try:
+        return float(value) if value is not None else None
+    except ValueError:
+        return None
 
 
 # --------------------------------------------------------------------------- loss, duplicates
@@ -137,23 +165,248 @@ def sustained(times: Sequence[float], qps: int) -> float | None:
     return full / (last - first - 1) / qps
 
 
-def quota_figures(times: Sequence[float], quota: Quota) -> dict[str, Any]:
-    """One topic's busiest second, busiest sliding window and sustained rate, against its quota."""
-    second = busiest_second(times)
-    window, window_at = busiest_window_at(times)
-    rate = sustained(times, quota.qps)
+def quota_figures(
+    times: Sequence[float], quota: Quota, changes: Sequence[tuple[float, Quota]] = ()
+) -> dict[str, Any]:
+    """One topic's busiest second, busiest sliding window and sustained rate, against its quota.
+
+    ``changes``: ``(at, new quota)`` in time order (a quota changed live). A window may then
+    hold up to the larger limit of any quota in force from :data:`APPLY_S` before it starts to
+    its end (workers take up a change within that); the sustained rate is the least over the
+    stretches between changes, each counted from :data:`APPLY_S` after its change.
+    """
+    schedule = [(-math.inf, quota), *changes]
+    second, second_over, _ = _busiest(times, schedule, lambda t: float(int(t)))
+    window, window_over, worst = _busiest(times, schedule, lambda t: t)
+    rate = _sustained(times, schedule)
+    top = max(q.qps for _, q in schedule)
     return {
-        "qps": quota.qps,
-        "limit": quota.limit,
+        "qps": quota.qps if not changes else [q.qps for _, q in schedule],
+        "limit": max(q.limit for _, q in schedule),
         "requests": len(times),
         "busiest_second": second,
         "busiest_window": window,
-        "second_ratio": round(second / quota.qps, 3),
-        "window_ratio": round(window / quota.qps, 3),
-        "busiest_window_at": window_at,
+        # With changes, the ratio is to the limit in force (qps + groups), not to a single qps.
+        "second_ratio": round(second / top if not changes else second_over, 3),
+        "window_ratio": round(window / top if not changes else window_over, 3),
+        "busiest_window_at": busiest_window_at(times)[1],
+        "worst_window": worst,  # [count, limit in force, start] of the window most over its limit
         "sustained_ratio": None if rate is None else round(rate, 3),
-        "within": second <= quota.limit and window <= quota.limit,
+        "second_within": second_over <= 1.0,
+        "within": second_over <= 1.0 and window_over <= 1.0,
     }
+
+
+APPLY_S = 2.0  # ARCHITECTURE.md: "every worker uses the new quota within 2 s"
+
+
+def _in_force(schedule: Sequence[tuple[float, Quota]], start: float, end: float) -> Quota:
+    """The most generous quota in force at any time in ``[start - APPLY_S, end)``."""
+    quotas = [
+        q
+        for i, (at, q) in enumerate(schedule)
+        if at < end and (i + 1 == len(schedule) or schedule[i + 1][0] > start - APPLY_S)
+    ]
+    return max(quotas, key=lambda q: q.limit)
+
+
+def _busiest(
+    times: Sequence[float], schedule: Sequence[tuple[float, Quota]], start_of: Any
+) -> tuple[int, float, list[Any]]:
+    """The most arrivals in one window starting at ``start_of(arrival)`` (1 s long), the highest
+    count / limit-in-force of any window (above 1.0: over quota) and that window's
+    ``[count, limit, start]``."""
+    best, over, worst = 0, 0.0, [0, 0, None]
+    for i, t in enumerate(times):
+        start = start_of(t)
+        if i and start_of(times[i - 1]) == start:
+            continue  # the same window as the previous arrival's
+        j = bisect.bisect_left(times, start + 1.0, lo=i)
+        limit = _in_force(schedule, start, start + 1.0).limit
+        best = max(best, j - i)
+        if (j - i) / limit > over:
+            over, worst = (j - i) / limit, [j - i, limit, start]
+    return best, over, worst
+
+
+def _sustained(times: Sequence[float], schedule: Sequence[tuple[float, Quota]]) -> float | None:
+    """The least :func:`sustained` rate over the stretches of ``schedule`` (see quota_figures)."""
+    if len(schedule) == 1:
+        return sustained(times, schedule[0][1].qps)
+    rates = []
+    for i, (at, quota) in enumerate(schedule):
+        end = schedule[i + 1][0] if i + 1 < len(schedule) else math.inf
+        start = at + APPLY_S if i else -math.inf
+        stretch = [t for t in times if start <= t < end]
+        rate = sustained(stretch, quota.qps)
+        if rate is not None:
+            rates.append(rate)
+    return min(rates, default=None)
+
+
+def backlogged_rate(
+    log: Sequence[Delivery],
+    topic: str,
+    quota: Quota,
+    changes: Sequence[tuple[float, Quota]] = (),
+    backlog_s: float = 2.0,
+) -> float | None:
+    """Invariant 2's floor: requests of ``topic`` over what its quota owed, counted only in the
+    complete wall-clock seconds (after its first request) that ended with at least ``backlog_s``
+    seconds of its quota ready and undelivered (a backlog: jobs whose enqueue time + delay, from
+    their URL, had passed and whose first 2xx had not come). Seconds less than :data:`APPLY_S`
+    after a quota change, or straddling one, are left out. None: no such second."""
+    firsts = [d for d in first_ok(log).values() if d.topic == topic and d.ready is not None]
+    arrivals = sorted(d.at for d in log if d.topic == topic)
+    if not firsts or not arrivals:
+        return None
+    readies = sorted(d.ready for d in firsts if d.ready is not None)
+    dones = sorted(d.at for d in firsts)
+    schedule = [(-math.inf, quota), *changes]
+    owed = got = 0
+    for second in range(int(arrivals[0]) + 1, int(arrivals[-1]) + 1):
+        qps = _owed(schedule, second)
+        end = second + 1
+        backlog = bisect.bisect_right(readies, end) - bisect.bisect_right(dones, end)
+        if qps is None or backlog < backlog_s * qps:
+            continue
+        owed += qps
+        got += bisect.bisect_left(arrivals, end) - bisect.bisect_left(arrivals, second)
+    return got / owed if owed else None
+
+
+def _owed(schedule: Sequence[tuple[float, Quota]], second: int) -> int | None:
+    """The qps owed over ``[second, second + 1)``; None near or across a change."""
+    for i, (at, quota) in enumerate(schedule):
+        end = schedule[i + 1][0] if i + 1 < len(schedule) else math.inf
+        if (at + APPLY_S if i else at) <= second and second + 1 <= end:
+            return quota.qps
+    return None
+
+
+# --------------------------------------------------------------------------- duplicates, order
+
+
+def first_ok(log: Iterable[Delivery]) -> dict[str, Delivery]:
+    """The first 2xx delivery of each id."""
+    out: dict[str, Delivery] = {}
+    for d in sorted((d for d in log if d.ok), key=lambda d: d.at):
+        out.setdefault(d.job_id, d)
+    return out
+
+
+def unexplained_duplicates(log: Iterable[Delivery], faults: Sequence[float]) -> int:
+    """2xx deliveries beyond an id's first that came before any fault (a crash, a kill, a
+    restart at the times ``faults``): at-least-once may repeat a job only after one."""
+    first_fault = min(faults, default=math.inf)
+    seen: set[str] = set()
+    count = 0
+    for d in sorted((d for d in log if d.ok), key=lambda d: d.at):
+        if d.job_id in seen and d.at < first_fault:
+            count += 1
+        seen.add(d.job_id)
+    return count
+
+
+RANK = {"high": 0, "medium": 1, "low": 2}
+PRIORITY_BASE_GRACE_S = 0.15  # issue 12: high enqueue -> delivery p99 <= 1/qps + 150 ms
+
+
+def priority_grace_s(quota: Quota) -> float:
+    """How long after a high job is ready lower ones may still go out: what was already in
+    flight, and the group's next free slot (one interval of the group's rate)."""
+    return PRIORITY_BASE_GRACE_S + quota.groups / quota.qps
+
+
+def priority_inversions(log: Sequence[Delivery], grace_s: Mapping[str, float]) -> dict[str, Any]:
+    """Invariant 5, priority: lower jobs of a group delivered while a higher one waited.
+
+    A job J (priority, group and enqueue time carried in its URL) waits from ``J.ready``
+    (enqueued + delay) to its first 2xx. Every first 2xx of a lower priority in J's group in
+    ``(J.ready + grace, J.delivered)`` is one inversion; ``grace`` (per topic) allows for what
+    was already in flight or reserved when J arrived. A J that failed an attempt waited in the
+    retry schedule, not behind lower jobs, and is left out.
+    """
+    failed = {d.job_id for d in log if not d.ok}
+    firsts = [d for d in first_ok(log).values() if d.priority in RANK and d.group is not None]
+    lanes: defaultdict[tuple[str, int | None], defaultdict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
+    for d in firsts:
+        lanes[(d.topic, d.group)][RANK[d.priority or ""]].append(d.at)
+    for lane in lanes.values():
+        for times in lane.values():
+            times.sort()
+    inversions, overtaken, worst = 0, 0, (0, "")
+    per_topic: Counter[str] = Counter()
+    for d in firsts:
+        if d.ready is None or d.job_id in failed:
+            continue
+        start = d.ready + grace_s.get(d.topic, PRIORITY_BASE_GRACE_S)
+        n = sum(
+            max(0, bisect.bisect_left(times, d.at) - bisect.bisect_right(times, start))
+            for rank, times in lanes[(d.topic, d.group)].items()
+            if rank > RANK[d.priority or ""]
+        )
+        inversions += n
+        overtaken += n > 0
+        per_topic[d.topic] += n
+        worst = max(worst, (n, d.job_id))
+    return {
+        "inversions": inversions,
+        "overtaken_jobs": overtaken,
+        "worst": list(worst),
+        "by_topic": {t: n for t, n in per_topic.items() if n},
+    }
+
+
+def high_waits(log: Sequence[Delivery]) -> list[float]:
+    """Seconds from ready to first 2xx of every ``high`` job that carried its enqueue time and
+    never failed, sorted."""
+    failed = {d.job_id for d in log if not d.ok}
+    return sorted(
+        d.at - d.ready
+        for d in first_ok(log).values()
+        if d.priority == "high" and d.ready is not None and d.job_id not in failed
+    )
+
+
+def key_inversions(log: Sequence[Delivery]) -> dict[str, Any]:
+    """Invariant 5, order per key: jobs of one key whose first 2xx came after that of a job
+    enqueued later (``s``, the key's sequence, carried in the URL) with the same priority (a high
+    job of a key is meant to pass its low ones: priority queues are separate). A job that failed
+    an attempt (the next of its key may then go first) or had a delay is left out."""
+    failed = {d.job_id for d in log if not d.ok}
+    keys: defaultdict[tuple[str, str, str | None], list[Delivery]] = defaultdict(list)
+    for d in first_ok(log).values():
+        if d.key is not None and d.seq is not None:
+            keys[(d.topic, d.key, d.priority)].append(d)
+    overtaken, worst = 0, ""
+    for jobs in keys.values():
+        earliest_later = math.inf  # the first delivery of any job later in the key's order
+        for d in sorted(jobs, key=lambda d: -(d.seq or 0)):
+            if d.at > earliest_later and d.job_id not in failed and not d.delay_s:
+                overtaken += 1
+                worst = worst or f"{d.topic}/{d.key}#{d.seq}"
+            earliest_later = min(earliest_later, d.at)
+    return {"inversions": overtaken, "keys": len(keys), "first": worst or None}
+
+
+def key_overlaps(log: Sequence[Delivery], answer_s: Mapping[str, float]) -> int:
+    """Invariant 5's "at most one of a key in flight": requests of a key that arrived while the
+    key's previous request was still unanswered. Only topics whose endpoint answers after a
+    known delay (``answer_s``, e.g. the sink's ``/slow/<ms>/``) show it; a hang is never answered
+    and its topic is left out."""
+    arrivals: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
+    for d in log:
+        if d.key is not None and d.topic in answer_s:
+            arrivals[(d.topic, d.key)].append(d.at)
+    overlaps = 0
+    for (topic, _), times in arrivals.items():
+        times.sort()
+        busy = answer_s[topic] * 0.95  # the sink's timer may fire a little early
+        overlaps += sum(1 for a, b in itertools.pairwise(times) if b - a < busy)
+    return overlaps
 
 
 # --------------------------------------------------------------------------- gaps
@@ -185,29 +438,107 @@ def check(
     dead: Iterable[str],
     quotas: Mapping[str, Quota],
     window: tuple[float, float] | None = None,
+    *,
+    faults: Sequence[float] = (),
+    changes: Mapping[str, Sequence[tuple[float, Quota]]] | None = None,
+    steady: Sequence[str] = (),
+    misbehaving: Sequence[str] = (),
+    answer_s: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
-    """Every figure: loss, duplicates, per-topic quota figures and, given ``window``, gaps."""
+    """Every figure: loss, duplicates (and those before any of the ``faults``), per-topic quota
+    figures (``quotas`` as first set, ``changes`` per topic), priority and key order, and:
+
+    * ``steady``: topics whose jobs carry their enqueue time and whose endpoints answer 2xx:
+      their least :func:`backlogged_rate` (``sustained_min_ratio``);
+    * ``misbehaving``: topics flooded or with failing/hanging endpoints; if any, the steady
+      topics' least sustained rate is also ``isolation_min_ratio`` (what they got meanwhile);
+    * ``answer_s``: topics whose endpoint answers after that many seconds: keyed requests sent
+      while the key's previous one was unanswered (:func:`key_overlaps`);
+    * given ``window``, each topic's longest gap within it.
+    """
     accepted = set(accepted)
     missing = lost(accepted, log, dead)
     times = by_topic(log)
-    topics = {topic: quota_figures(times.get(topic, []), quota) for topic, quota in quotas.items()}
+    changes = changes or {}
+    topics = {
+        topic: quota_figures(times.get(topic, []), quota, changes.get(topic, ()))
+        for topic, quota in quotas.items()
+    }
     if window is not None:
         for topic, figures in topics.items():
             figures["longest_gap_s"] = round(longest_gap(times.get(topic, []), *window), 3)
     worst = max(topics.values(), key=lambda f: f["window_ratio"], default=None)
+    for topic in steady:
+        if topic in topics:
+            rate = backlogged_rate(log, topic, quotas[topic], changes.get(topic, ()))
+            topics[topic]["backlogged_ratio"] = None if rate is None else round(rate, 3)
+    rates = [topics[t]["backlogged_ratio"] for t in steady if t in topics]
+    sustained_min = min((r for r in rates if r is not None), default=None)
+    waits = high_waits(log)
+    grace = {  # the longest a quota in force lets a high job wait for the group's next slot
+        t: max(priority_grace_s(x) for x in (q, *(c for _, c in changes.get(t, ()))))
+        for t, q in quotas.items()
+    }
     return {
         "accepted": len(accepted),
         "delivered": len(delivered_ids(log) & accepted),
         "lost": len(missing),
         "lost_sample": sorted(missing)[:5],
         "duplicates": duplicates(log),
+        "duplicates_before_fault": unexplained_duplicates(log, faults),
+        "faults": len(faults),
         "max_second_ratio": max((f["second_ratio"] for f in topics.values()), default=0.0),
         "max_window_ratio": worst["window_ratio"] if worst else 0.0,
         "quota_held": all(f["within"] for f in topics.values()),
-        "quota_exceeded": {
-            t: [f["busiest_window"], f["limit"], f["busiest_window_at"]]
-            for t, f in topics.items()
-            if not f["within"]
-        },
+        "quota_exceeded": {t: f["worst_window"] for t, f in topics.items() if not f["within"]},
+        "sustained_min_ratio": sustained_min,
+        "isolation_min_ratio": sustained_min if misbehaving else None,
+        "priority": priority_inversions(log, grace),
+        "high_wait_p99_s": round(waits[int(0.99 * (len(waits) - 1))], 3) if waits else None,
+        "keys": key_inversions(log) | {"overlaps": key_overlaps(log, answer_s or {})},
         "topics": topics,
+    }
+
+
+# What each promise's figure must be (figure -> "<=" or ">=", bound). A figure that is None was
+# not measured (no steady topic, no misbehaving one) and neither passes nor fails.
+BOUNDS: dict[str, tuple[str, float]] = {
+    "lost": ("<=", 0),
+    "duplicates_before_fault": ("<=", 0),
+    "second_over_quota_topics": ("<=", 0),
+    "window_over_quota_topics": ("<=", 0),
+    "sustained_min_ratio": (">=", 0.95),
+    "isolation_min_ratio": (">=", 0.95),
+    "priority_inversions": ("<=", 0),
+    "key_inversions": ("<=", 0),
+    "key_overlaps": ("<=", 0),
+}
+
+
+def figures(result: Mapping[str, Any]) -> dict[str, Any]:
+    """The one figure per promise that :data:`BOUNDS` judges, from a :func:`check` result."""
+    return {
+        "lost": result["lost"],
+        "duplicates_before_fault": result["duplicates_before_fault"],
+        "second_over_quota_topics": sum(not f["second_within"] for f in result["topics"].values()),
+        "window_over_quota_topics": len(result["quota_exceeded"]),
+        "sustained_min_ratio": result["sustained_min_ratio"],
+        "isolation_min_ratio": result["isolation_min_ratio"],
+        "priority_inversions": result["priority"]["inversions"],
+        "key_inversions": result["keys"]["inversions"],
+        "key_overlaps": result["keys"]["overlaps"],
+    }
+
+
+def verdict_of(name: str, value: float) -> bool:
+    """Whether ``value`` of promise ``name`` is within its bound."""
+    op, bound = BOUNDS[name]
+    return value <= bound if op == "<=" else value >= bound
+
+
+def verdict(result: Mapping[str, Any]) -> dict[str, bool | None]:
+    """Per promise: met (True), broken (False) or not measured (None)."""
+    return {
+        name: None if value is None else verdict_of(name, value)
+        for name, value in figures(result).items()
     }

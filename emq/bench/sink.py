@@ -12,12 +12,17 @@ then measure the sender, not the sink. Paths:
 * ``/hang/<anything>``: never answered; the connection stays open until the client gives up.
 * ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
   wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
+* ``/fail/<n>/<topic>``: ``500`` to the first ``n`` requests of each ``webhook-id``, then ``200``
+  (a flaky endpoint: the job succeeds on its ``n + 1``-th attempt).
+* ``/busy/<n>/<topic>``: ``503`` with ``Retry-After: 1`` to the first ``n`` requests of each
+  ``webhook-id``, then ``200`` (an endpoint shedding load).
 * ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
 
 With ``--record`` the sink also keeps a delivery log for the promise checker
-(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/`` or ``/hang/`` of
-``[arrival wall time, topic, webhook-id, status answered (0: never), query string]``, read with
-``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of the following call).
+(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/``, ``/hang/``, ``/fail/``
+or ``/busy/`` of ``[arrival wall time, topic, webhook-id, status answered (0: never), query
+string]``, read with ``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of
+the following call).
 Off by default: the dispatch benchmarks measure the sender, and the log costs the sink a little.
 
 Chunked request bodies are not supported (neither the worker nor the benchmark client sends
@@ -40,6 +45,13 @@ import uvloop
 from worker.main import raise_fd_limit
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+_FAILED = {
+    b"fail": (500, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"),
+    b"busy": (
+        503,
+        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+    ),
+}
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD = 64 * 1024
 
@@ -64,6 +76,7 @@ class Stats:
         self.slow = 0  # slow requests answered
         self.other = 0
         self.log: list[tuple[float, str, str, int, str]] = []
+        self.attempts: defaultdict[bytes, int] = defaultdict(int)  # /fail/, /busy/: per id
 
     def note(self, head: bytes, now: float, topic_path: bytes, status: int) -> None:
         """Append a delivery log row (when recording) for a request to ``topic_path``."""
@@ -159,6 +172,8 @@ class SinkProtocol(asyncio.Protocol):
             ms, _, topic = path[6:].split(b"?", 1)[0].partition(b"/")
             stats.note(head, now, path[6:].partition(b"/")[2], 200)
             asyncio.get_running_loop().call_later(int(ms) / 1000, self._slow, topic.decode())
+        elif path.startswith((b"/fail/", b"/busy/")):
+            self._flaky(head, now, path)
         elif path.startswith(b"/hang/"):
             stats.hung += 1
             stats.note(head, now, path[6:], 0)
@@ -176,6 +191,19 @@ class SinkProtocol(asyncio.Protocol):
             stats.other += 1
             transport.write(_OK)
         return True
+
+    def _flaky(self, head: bytes, now: float, path: bytes) -> None:
+        """``/fail/<n>/<topic>`` or ``/busy/<n>/<topic>``: fail an id's first ``n`` requests."""
+        kind, count, rest = path[1:].split(b"/", 2)
+        webhook_id = _header(head, b"\r\nwebhook-id:") or b""
+        attempts = self._stats.attempts
+        attempts[webhook_id] += 1
+        status, answer = (200, _OK)
+        if attempts[webhook_id] <= (int(count) if count.isdigit() else 0):
+            status, answer = _FAILED[kind]
+        self._stats.note(head, now, rest, status)
+        assert self._transport is not None
+        self._transport.write(answer)
 
     def _slow(self, topic: str) -> None:
         if self._transport is None or self._transport.is_closing():

@@ -1,0 +1,366 @@
+"""``emq bench promises``: randomized mixed workloads on the real parts, judged by the checker.
+
+A seed makes a :class:`Spec` (:func:`make_spec`, plain ``random.Random``): a few topics with
+quotas from 1 to ``max_qps`` (log-uniform), each of one kind —
+
+* ``steady``: a backlog of about ``qps * duration`` jobs at ``/t/``, mixed priorities, some
+  keyed (``k``, ``s`` in the URL), some delayed, plus highs trickling in while it drains;
+* ``flood``: jobs offered at 10x the quota for the first part of the run;
+* ``fail`` / ``busy``: an endpoint that answers 500 (or 503 with ``Retry-After: 1``) ``n`` times
+  per job, then 200; ``hang``: one that never answers (its jobs end in the DLQ); ``slow``: one
+  that answers after 300 ms —
+
+and maybe a quota change mid-run (admin ``PATCH`` through the API) and, for a two-worker fleet,
+a worker killed with ``kill -9`` and replaced. :func:`run_seed` runs a spec on a
+:class:`~emq.bench.rig.Rig` (real Redis, ZooKeeper, ``emq api``, ``emq worker`` processes and
+the recording sink), enqueuing through the API with each job's group, priority, key, key
+sequence, enqueue time and delay in its URL's query, waits until every accepted job is
+delivered or dead-lettered, and hands the log, the accepted ids and the DLQ to
+:func:`emq.bench.promises.check`. :func:`run` does that for several seeds and reports each
+promise's figure per seed and the worst.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import random
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from emq.bench import promises
+from emq.bench.machine import describe
+from emq.bench.rig import ADMIN_TOKEN, BODY, TENANT, Rig
+from emq.enqueue import jump_hash
+from emq.errors import EmqError
+
+KINDS = ("steady", "steady", "steady", "flood", "fail", "busy", "hang", "slow")
+MISBEHAVING = frozenset({"flood", "fail", "busy", "hang", "slow"})
+PRIORITIES = ("high", "medium", "low")
+STEADY_MIN_JOBS = 100  # fewer and one job more or less moves the sustained rate by >1 %
+SLOW_MS = 300  # how long a slow endpoint takes to answer
+WORKER_ENV = {"EMQ_WORKER_REQUEST_TIMEOUT_S": "1"}  # hanging jobs reach the DLQ in seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class TopicSpec:
+    name: str
+    kind: str
+    qps: int
+    jobs: int
+    high: float  # share of high and of low jobs (the rest: medium)
+    low: float
+    keyed: float  # share of jobs with one of ``keys`` keys
+    keys: int
+    delayed: float  # share of jobs with a delay of up to 2 s
+    fails: int = 0  # fail/busy: failed answers per job before the 200
+    new_qps: int | None = None  # the quota set mid-run
+
+
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    seed: int
+    duration_s: float
+    workers: int  # 1: one standalone worker; 2: a fleet
+    crash: bool  # fleet: kill -9 one worker mid-run and start another
+    topics: tuple[TopicSpec, ...]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def make_spec(seed: int, duration_s: float = 20.0, max_qps: int = 3000, topics: int = 5) -> Spec:
+    """The spec of ``seed``: the same seed gives the same spec (see the module docstring)."""
+    rng = random.Random(seed)
+    workers = rng.choice((1, 1, 2))
+    specs = [_topic(rng, f"t{i}", rng.choice(KINDS), duration_s, max_qps) for i in range(topics)]
+    if all(t.kind != "steady" for t in specs):  # sustained rate and isolation need one
+        specs[0] = _topic(rng, "t0", "steady", duration_s, max_qps)
+    return Spec(seed, duration_s, workers, workers == 2 and rng.random() < 0.3, tuple(specs))
+
+
+def _topic(rng: random.Random, name: str, kind: str, duration_s: float, max_qps: int) -> TopicSpec:
+    qps = max(1, round(math.exp(rng.uniform(0, math.log(max_qps)))))
+    new_qps = None
+    if rng.random() < 0.4:
+        new_qps = max(1, min(max_qps, round(qps * rng.choice((0.5, 2.0)))))
+    span_qps = min(qps, new_qps or qps)  # the backlog lasts the run at the lower quota
+    jobs = {
+        "steady": math.ceil(span_qps * duration_s),
+        "flood": math.ceil(span_qps * duration_s * 0.8),
+        "hang": min(20, qps * 2),
+    }.get(kind, min(2000, math.ceil(qps * duration_s / 3)))
+    return TopicSpec(
+        name=name,
+        kind=kind,
+        qps=qps,
+        jobs=max(1, jobs),
+        high=rng.choice((0.0, 0.05, 0.2)),
+        low=rng.choice((0.3, 0.6)),
+        keyed=rng.choice((0.0, 0.3, 1.0)),
+        keys=rng.choice((3, 20, 200)),
+        delayed=rng.choice((0.0, 0.05)),
+        fails=rng.randint(1, 2) if kind in ("fail", "busy") else 0,
+        new_qps=new_qps,
+    )
+
+
+# --------------------------------------------------------------------------- one seed
+
+
+class Run:
+    """One spec on one rig: topics through the API, jobs through the API, the timeline."""
+
+    def __init__(self, rig: Rig, spec: Spec, base: str, http: aiohttp.ClientSession) -> None:
+        self.rig, self.spec, self.base, self.http = rig, spec, base, http
+        self.groups: dict[str, int] = {}
+        self.seq: dict[tuple[str, str], int] = {}
+        self.changes: dict[str, list[tuple[float, promises.Quota]]] = {}
+        self.faults: list[float] = []
+        self.rng = random.Random(spec.seed + 1)
+        self.api_refusals = 0
+
+    async def call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
+        headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
+        url = f"{self.base}/v1/tenants/{TENANT}{path}"
+        async with self.http.request(method, url, json=body, headers=headers) as r:
+            return r.status, await r.json(content_type=None)
+
+    async def create(self, t: TopicSpec) -> None:
+        body: dict[str, Any] = {"topic": t.name, "qps": t.qps, "max_backlog": 1_000_000}
+        if t.kind in ("fail", "busy", "hang"):
+            attempts = t.fails + 2 if t.kind != "hang" else 2
+            body["retry"] = {"max_attempts": attempts, "base_delay_s": 0.2, "jitter": 0.0}
+        status, answer = await self.call("POST", "/topics", body)
+        if status != 201:
+            raise EmqError(f"creating topic {t.name}: {status} {answer}")
+        self.rig.adopt(await self.rig.config.get_topic(self.rig.ref(t.name)))
+        self.groups[t.name] = int(answer["groups"])
+
+    def job(self, t: TopicSpec, priority: str | None = None) -> dict[str, Any]:
+        """One job of ``t`` with what the checker needs in its URL's query."""
+        rng = self.rng
+        if priority is None:
+            roll = rng.random()
+            priority = "high" if roll < t.high else "low" if roll < t.high + t.low else "medium"
+        key = f"k{rng.randrange(t.keys)}" if rng.random() < t.keyed else None
+        pin = key or f"i{rng.getrandbits(48):x}"
+        query = f"g={jump_hash(pin, self.groups[t.name])}&p={priority}&e={time.time():.4f}"
+        job: dict[str, Any] = {"body": BODY, "priority": priority}
+        if key is not None:
+            seq = self.seq[(t.name, key)] = self.seq.get((t.name, key), -1) + 1
+            query += f"&k={key}&s={seq}"
+            job["key"] = key
+        else:
+            job["idempotency_key"] = pin  # pins the group the URL names
+        if key is None and rng.random() < t.delayed:
+            job["delay_s"] = round(rng.uniform(0.1, 2.0), 2)
+            query += f"&d={job['delay_s']}"
+        kind = {"steady": "t", "flood": "t", "fail": f"fail/{t.fails}"}.get(t.kind, t.kind)
+        kind = {"busy": f"busy/{t.fails}", "slow": f"slow/{SLOW_MS}"}.get(kind, kind)
+        job["url"] = self.rig.url(t.name, kind, query)
+        return job
+
+    async def enqueue(self, t: TopicSpec, count: int, priority: str | None = None) -> None:
+        for start in range(0, count, 1000):
+            jobs = [self.job(t, priority) for _ in range(min(1000, count - start))]
+            status, answer = await self.call("POST", f"/topics/{t.name}/jobs", {"jobs": jobs})
+            if status == 202:
+                self.rig.accepted.update(answer["ids"])
+            else:
+                self.api_refusals += 1
+
+    async def change_quota(self, t: TopicSpec) -> None:
+        assert t.new_qps is not None
+        status, answer = await self.call("PATCH", f"/topics/{t.name}", {"qps": t.new_qps})
+        if status != 200:
+            raise EmqError(f"changing the quota of {t.name}: {status} {answer}")
+        self.groups[t.name] = int(answer["groups"])
+        quota = promises.Quota(t.new_qps, self.groups[t.name])
+        self.changes.setdefault(t.name, []).append((time.time(), quota))
+
+
+async def _probe(rig: Rig, run: Run, timeout_s: float = 60.0) -> None:
+    """Wait until the workers deliver (a probe job of a topic of its own)."""
+    probe = TopicSpec("probe", "steady", 50, 1, 0, 0, 0, 1, 0)
+    await run.create(probe)
+    await run.enqueue(probe, 1)
+    await rig.wait_delivered(set(rig.accepted), timeout_s)
+    if not rig.accepted <= promises.delivered_ids(await rig.deliveries()):
+        tails = "; ".join(f"{p.name}: {p.log(300)!r}" for p in rig.procs if p.name != "api")
+        raise EmqError(f"the workers did not deliver within {timeout_s:g} s ({tails})")
+
+
+async def _timeline(run: Run) -> None:
+    """The run's events: floods, highs trickling in, the quota changes, the crash."""
+    spec, started = run.spec, time.monotonic()
+    floods = {t.name: t.jobs for t in spec.topics if t.kind == "flood"}
+    steady = [t for t in spec.topics if t.kind == "steady"]
+    changed = False
+    crash_at = spec.duration_s * 0.6 if spec.crash else math.inf
+    while (elapsed := time.monotonic() - started) < spec.duration_s * 0.8:
+        for t in spec.topics:
+            left = floods.get(t.name, 0)
+            if left:  # 10x the quota each second until its share is in
+                await run.enqueue(t, min(left, 10 * t.qps))
+                floods[t.name] = max(0, left - 10 * t.qps)
+        for t in steady:
+            if t.high:
+                await run.enqueue(t, max(1, t.qps // 20), "high")
+        if not changed and elapsed >= spec.duration_s * 0.4:
+            changed = True
+            for t in spec.topics:
+                if t.new_qps is not None:
+                    await run.change_quota(t)
+        if elapsed >= crash_at:
+            crash_at = math.inf
+            _crash(run)
+        await asyncio.sleep(1.0)
+
+
+def _crash(run: Run) -> None:
+    victim = next(p for p in run.rig.procs if p.name.startswith("w") and p.alive)
+    victim.kill()
+    run.faults.append(time.time())
+    run.rig.worker(f"{victim.name}-r", False, **WORKER_ENV)
+
+
+async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
+    """Run ``spec`` on ``rig`` and check the log: figures, verdicts and the timeline."""
+    base = await rig.api()
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
+        run = Run(rig, spec, base, http)
+        for t in spec.topics:
+            await run.create(t)
+        standalone = spec.workers == 1
+        for i in range(spec.workers):
+            rig.worker(f"w{i}", standalone=standalone, **WORKER_ENV)
+        await _probe(rig, run)
+        for t in spec.topics:
+            if t.kind != "flood":
+                await run.enqueue(t, t.jobs)
+        await _timeline(run)
+        waited = await rig.wait_delivered(set(rig.accepted), spec.duration_s * 2 + 30, dead=True)
+    result = promises.check(
+        await rig.deliveries(),
+        rig.accepted,
+        await rig.dead_ids(),
+        rig.quotas,
+        faults=run.faults,
+        changes=run.changes,
+        steady=[] if run.faults else _steady(spec),
+        misbehaving=[t.name for t in spec.topics if t.kind in MISBEHAVING],
+        answer_s={t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
+    )
+    return {
+        "seed": spec.seed,
+        "figures": promises.figures(result),
+        "pass": promises.verdict(result),
+        "detail": {k: v for k, v in result.items() if k not in ("topics", "quota_exceeded")}
+        | {"quota_exceeded": result["quota_exceeded"], "drain_s": round(waited, 1)}
+        | {"api_refusals": run.api_refusals, "quota_changes": len(run.changes)},
+        "spec": spec.to_dict(),
+    }
+
+
+def _steady(spec: Spec) -> list[str]:
+    return [t.name for t in spec.topics if t.kind == "steady" and t.jobs >= STEADY_MIN_JOBS]
+
+
+async def run_one(spec: Spec) -> dict[str, Any]:
+    """One seed on a fresh rig (any error is reported, not raised: other seeds still run)."""
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix=f"emq-promises-{spec.seed}-") as tmp:
+        async with Rig.running(Path(tmp)) as rig:
+            try:
+                out = await run_seed(rig, spec)
+            except Exception as e:
+                out = {"seed": spec.seed, "figures": {}, "pass": {}, "error": repr(e)}
+                out["spec"] = spec.to_dict()
+    return out | {"seconds": round(time.monotonic() - started, 1)}
+
+
+# --------------------------------------------------------------------------- several seeds
+
+
+def worst(results: Sequence[dict[str, Any]]) -> dict[str, Any]:
+    """Per promise the worst figure over the seeds that measured it."""
+    out: dict[str, Any] = {}
+    for name, (op, _) in promises.BOUNDS.items():
+        values = [r["figures"][name] for r in results if r["figures"].get(name) is not None]
+        out[name] = (max if op == "<=" else min)(values) if values else None
+    return out
+
+
+def run(
+    seeds: Sequence[int],
+    duration_s: float = 20.0,
+    max_qps: int = 3000,
+    say: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Every seed in turn: one document with the per-seed results, the worst figures and the
+    verdict per promise (a promise no seed measured is neither met nor broken)."""
+    import uvloop
+
+    started = time.monotonic()
+    results = []
+    for seed in seeds:
+        spec = make_spec(seed, duration_s, max_qps)
+        say(f"promises seed {seed}: {[(t.kind, t.qps) for t in spec.topics]}...")
+        results.append(uvloop.run(run_one(spec)))
+        say(f"promises seed {seed}: {results[-1].get('error') or results[-1]['pass']}")
+    figures = worst(results)
+    verdict = {
+        name: None if value is None else promises.verdict_of(name, value)
+        for name, value in figures.items()
+    }
+    return {
+        "bench": "promises",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": describe(),
+        "seconds": round(time.monotonic() - started, 1),
+        "bounds": {k: f"{op} {b:g}" for k, (op, b) in promises.BOUNDS.items()},
+        "worst": figures,
+        "pass": verdict,
+        "ok": all(v is not False for v in verdict.values())
+        and not any("error" in r for r in results),
+        "seeds": results,
+    }
+
+
+def run_cli(
+    seeds: int, duration_s: float | None, say: Callable[[str], None] = lambda _: None
+) -> dict[str, Any]:
+    """``emq bench promises``: seeds ``1..seeds``, each ``duration_s`` long (30 by default); a
+    bad value is one :class:`~emq.errors.EmqError` line."""
+    for name in ("kazoo", "adapters"):  # the run's own clients: only errors are news here
+        logging.getLogger(name).setLevel(logging.ERROR)
+    if not 1 <= seeds <= 100:
+        raise EmqError("--seeds must be between 1 and 100")
+    duration_s = 30.0 if duration_s is None else duration_s
+    if not 5 <= duration_s <= 600:
+        raise EmqError("--duration-s must be between 5 and 600")
+    return run(range(1, seeds + 1), duration_s, say=say)
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """One row per promise: each seed's figure, the worst, the bound and whether it was met."""
+    seeds = doc["seeds"]
+    head = (
+        "| promise | " + " | ".join(f"seed {r['seed']}" for r in seeds) + " | worst | bound | met |"
+    )
+    lines = [head, "|---" * (len(seeds) + 4) + "|"]
+    for name, bound in doc["bounds"].items():
+        cells = [str(r["figures"].get(name, r.get("error", "-"))) for r in seeds]
+        met = {True: "yes", False: "**no**", None: "not measured"}[doc["pass"][name]]
+        lines.append(
+            f"| {name} | " + " | ".join(cells) + f" | {doc['worst'][name]} | {bound} | {met} |"
+        )
+    return "\n".join(lines)
