@@ -14,7 +14,7 @@ States of a member (the ZooKeeper session's state, and the store's word, drive t
         |                           +--session---------------+
         |                                                    | neither vouches: no answer from
         |                                                    v ZooKeeper for 2/3 of the session
-        |  CONNECTED (new session)                        FENCED   timeout, no store check for 1 s
+        |  CONNECTED (new session)                        FENCED   timeout, no store check for 0.6 s
         +-------------------------- LOST (expired) ------> (empty snapshot: the worker drops
                                                             every group; nothing dispatched)
     FENCED --heartbeat answered on a live, registered session--> MEMBER (the assignment again)
@@ -39,7 +39,7 @@ Why two owners never push one group at once. A new owner claims a group only onc
 owner left a release marker (it had stopped and removed itself as holder) or had its running
 node gone (its session expired, so its ZooKeeper lease had ended, see above). In the second case
 the claim finds the former holder still recorded (a *contested* claim) and the new owner waits
-1.5 s before pushing: the former owner may push only on the store's word, which lasts 1 s from
+1.0 s before pushing: the former owner may push only on the store's word, which lasts 0.6 s from
 the send time of a check, and every check sent after the claim finds the group taken. Each lease
 is measured on the process's own monotonic clock from a send time, so a slow answer only
 shortens it. A worker that can reach neither ZooKeeper nor the store self-fences.

@@ -68,8 +68,10 @@ CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancell
 # still holds its groups; a check vouches for HOLD_VALID_S from its send time. A contested claim
 # waits out a former holder's last word: HOLD_VALID_S, plus a margin for clocks and scheduling.
 HOLD_CHECK_S = 0.25
-HOLD_VALID_S = 1.0
-CONTESTED_WAIT_S = HOLD_VALID_S + 0.5
+# 0.6 s: two checks may be missed before a cut-off worker pauses; a shorter word shortens the
+# contested wait, which every recovery from a killed worker pays (issue 11: session + 2 s).
+HOLD_VALID_S = 0.6
+CONTESTED_WAIT_S = HOLD_VALID_S + 0.4
 
 
 class Worker:
