@@ -390,6 +390,22 @@ class GroupState:
         self.exhausted = [False, False, False]
         self.signals += 1
 
+    def put_back(self, item: Buffered) -> bool:
+        """Return an unsent job to its buffer, in offset order (jobs handed back one after
+        another keep their order), counted in the byte budget again; False when the group no
+        longer buffers (stopped or dropped: the job is fetched again by whoever owns it)."""
+        buffers = self.buffers
+        if buffers is None or self.stopped:
+            return False
+        buffer = buffers[priority_index(item.queue)]
+        at = 0
+        while at < len(buffer) and buffer[at].offset < item.offset:
+            at += 1
+        buffer.insert(at, item)
+        self.budget.used += len(item.payload)
+        item.reserved_at = -1.0  # handed back unsent: still its key's next (keyed_done)
+        return True
+
     def drop_buffers(self) -> int:
         """Forget every buffered (not in-flight) job; they will be fetched again."""
         n = self.buffered()

@@ -46,7 +46,7 @@ from emq.interfaces import (
 from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
-from worker.groups import Buffered, GroupState, TopicState, priority_index
+from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
@@ -515,15 +515,7 @@ class Worker:
         if group.counter.restamp(item.reserved_at, now):
             item.reserved_at = now
             return True
-        buffers = group.buffers
-        if buffers is not None and not group.stopped:
-            buffer = buffers[priority_index(item.queue)]
-            at = 0  # in offset order: jobs handed back one after another keep their order
-            while at < len(buffer) and buffer[at].offset < item.offset:
-                at += 1
-            buffer.insert(at, item)
-            group.budget.used += len(item.payload)
-            item.reserved_at = -1.0  # handed back unsent: still its key's next (keyed_done)
+        if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())
         return False
 
