@@ -1,1 +1,1 @@
-"""Backends behind the ``emq.interfaces`` seams: Redis (standalone and Cluster), in-memory."""
+"""Backends behind the ``emq.core.interfaces`` seams: Redis (standalone and Cluster), in-memory."""

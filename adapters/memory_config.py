@@ -1,4 +1,4 @@
-"""An in-process :class:`~emq.interfaces.ConfigStore` for unit tests and single-process use.
+"""An in-process :class:`~emq.core.interfaces.ConfigStore` for unit tests and single-process use.
 
 Same contract as the ZooKeeper store: ``AlreadyExists``/``NotFound`` on the same occasions,
 ``update_topic`` applies its change atomically (nothing else runs between the read and the
@@ -18,9 +18,9 @@ from collections import defaultdict
 from collections.abc import AsyncIterator, Callable, Mapping
 from types import MappingProxyType
 
-from emq.errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
-from emq.interfaces import ConfigStore
-from emq.model import Namespace, Tenant, Topic, TopicRef
+from emq.core.errors import AlreadyExists, BackendUnavailable, InvalidInput, NotFound
+from emq.core.interfaces import ConfigStore
+from emq.core.model import Namespace, Tenant, Topic, TopicRef
 
 
 def _sort_key(ref: TopicRef) -> tuple[str, str, str]:

@@ -12,7 +12,7 @@ number, group names) with an :class:`asyncio.Event` that :meth:`~MemoryQueueBack
 really blocks on (cursors are sequence numbers as text), and the due index is a dict of group name
 to earliest due time. Here they are exact (a write and its hint happen in one step).
 
-After :meth:`aclose` every call raises :class:`~emq.errors.BackendUnavailable`, as a closed
+After :meth:`aclose` every call raises :class:`~emq.core.errors.BackendUnavailable`, as a closed
 connection would; a :meth:`~MemoryQueueBackend.wait_ready` blocked at that moment wakes and
 raises it too.
 """
@@ -30,8 +30,8 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
-from emq.errors import BackendUnavailable, Fenced, InvalidInput
-from emq.interfaces import (
+from emq.core.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.core.interfaces import (
     ZERO_OFFSET,
     Checkpoint,
     DeadLetter,
@@ -42,7 +42,7 @@ from emq.interfaces import (
     QueueBackend,
     Scheduled,
 )
-from emq.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
+from emq.core.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
 
 log = logging.getLogger(__name__)
 
@@ -99,7 +99,7 @@ class _Committed:
 
 
 class MemoryQueueBackend(QueueBackend):
-    """:class:`~emq.interfaces.QueueBackend` in a dict, with an injectable clock (seconds)."""
+    """:class:`~emq.core.interfaces.QueueBackend` in a dict, with an injectable clock (seconds)."""
 
     def __init__(
         self,

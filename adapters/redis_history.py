@@ -15,9 +15,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from emq.errors import BackendUnavailable
-from emq.interfaces import HistoryRow, HistoryStore
-from emq.naming import RedisKeys
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import HistoryRow, HistoryStore
+from emq.core.naming import RedisKeys
 
 _FIELDS = [f.name for f in dataclasses.fields(HistoryRow)]
 _TYPES = {f.name: f.type for f in dataclasses.fields(HistoryRow)}

@@ -1,14 +1,14 @@
 """Physical queues on Redis Streams, for a standalone Redis or a Redis Cluster.
 
-Layout (keys from :class:`~emq.naming.RedisKeys`; every key of a group shares its hash tag, so a
-group lives on one Cluster slot and each Lua script touches one slot only; the scripts and the
+Layout (keys from :class:`~emq.core.naming.RedisKeys`; every key of a group shares its hash tag,
+so a group lives on one Cluster slot and each Lua script touches one slot only; the scripts and the
 formats they share with the in-memory backend are in :mod:`adapters._redis_scripts`):
 
 * ``stream(queue)``: the queue's log; one field ``d`` per entry holds the payload. Created by the
   first XADD, so a queue that never got a job costs no key.
 * ``checkpoint(queue)``: hash ``{o: offset, e: epoch, n: entries committed so far}``.
 * ``epoch(group)``: the owner epoch; checkpoints, trims and dead letters carrying an older one are
-  refused (:class:`~emq.errors.Fenced`) inside the same script that would write.
+  refused (:class:`~emq.core.errors.Fenced`) inside the same script that would write.
 * ``delayed(group)``: sorted set of ``<priority>|<payload>`` scored by due epoch milliseconds.
 * ``dlq(group)``: stream of dead letters (fields priority, payload, error, status, attempts,
   failed_at), trimmed to the topic's retention (newest ``dlq_max_entries``, none older than
@@ -41,7 +41,7 @@ its script cache (restart, failover) answers NOSCRIPT, and those commands, which
 re-sent once after SCRIPT LOAD.
 
 Driver errors are translated at this seam: unreachable or transiently refusing Redis becomes
-:class:`~emq.errors.BackendUnavailable`, and :attr:`RedisQueueBackend.health` records what the
+:class:`~emq.core.errors.BackendUnavailable`, and :attr:`RedisQueueBackend.health` records what the
 last call found (for the health endpoints). A put that fails half-way may have stored part of
 the batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
 
@@ -74,8 +74,8 @@ from redis.crc import key_slot
 from redis.maint_notifications import MaintNotificationsConfig
 
 from adapters import _redis_scripts as lua
-from emq.errors import BackendUnavailable, ConfigError, Fenced, InvalidInput
-from emq.interfaces import (
+from emq.core.errors import BackendUnavailable, ConfigError, Fenced, InvalidInput
+from emq.core.interfaces import (
     BackendHealth,
     Checkpoint,
     DeadLetter,
@@ -86,8 +86,8 @@ from emq.interfaces import (
     QueueBackend,
     Scheduled,
 )
-from emq.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
-from emq.naming import RedisKeys
+from emq.core.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
+from emq.core.naming import RedisKeys
 
 log = logging.getLogger(__name__)
 
@@ -186,7 +186,7 @@ def _is_closed_transport(error: Exception) -> bool:
 
 
 class RedisQueueBackend(QueueBackend):
-    """:class:`~emq.interfaces.QueueBackend` on Redis Streams (standalone or Cluster client).
+    """:class:`~emq.core.interfaces.QueueBackend` on Redis Streams (standalone or Cluster client).
 
     Takes ownership of ``client`` and ``blocking_client``: :meth:`aclose` closes them.
     ``blocking_client`` (made by :func:`connect`, with no socket timeout) serves the blocking
@@ -344,7 +344,7 @@ class RedisQueueBackend(QueueBackend):
     async def persistence(self) -> list[tuple[str, str, str]]:
         """(node, ``appendonly``, ``appendfsync``) of the server, or of every Cluster primary.
 
-        :class:`~emq.errors.ConfigError` if the server refuses CONFIG GET (renamed or ACL'd).
+        :class:`~emq.core.errors.ConfigError` if the server refuses CONFIG GET (renamed or ACL'd).
         """
         with _translated("config get"):
             try:
@@ -999,7 +999,7 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     ``opts`` go to :class:`RedisQueueBackend` when they are its own (``idempotency_window_s``)
     and to the redis client otherwise (timeouts, retries; see :func:`client_options`). Loading
     the scripts checks that Redis answers: an unreachable one is
-    :class:`~emq.errors.BackendUnavailable` here, not later.
+    :class:`~emq.core.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
     wait = {k: opts.pop(k) for k in ("wait_replicas", "wait_timeout_ms") if k in opts}

@@ -1,6 +1,6 @@
 """Tenants and topics in ZooKeeper: versioned writes, one watch per namespace, a read cache.
 
-Layout (spelled by :class:`~emq.naming.ZkPaths`; values are UTF-8 JSON)::
+Layout (spelled by :class:`~emq.core.naming.ZkPaths`; values are UTF-8 JSON)::
 
     /<root>/tenants/<tenant>                 name, display_name, token_sha256, created_at
     /<root>/tenants-version                  bumped by every tenant write
@@ -10,7 +10,7 @@ Layout (spelled by :class:`~emq.naming.ZkPaths`; values are UTF-8 JSON)::
 **Writes.** Each create or update is one ZooKeeper transaction that writes the node and bumps
 its version node, so "something changed" needs one watch per namespace, never one per topic.
 ``update_topic`` is compare-and-set on the topic node's version, retried with jittered backoff
-and then given up as :class:`~emq.errors.ConfigConflict`.
+and then given up as :class:`~emq.core.errors.ConfigConflict`.
 
 **Mirrors (the cache).** One per namespace for topics and one for tenants, made on first use::
 
@@ -40,7 +40,7 @@ was sent after it has landed; ZooKeeper answers one session's requests in order,
 saw it.
 
 **Sessions.** kazoo errors are translated at this seam: lost connection, expired session and
-time-outs become :class:`~emq.errors.BackendUnavailable`, a missing node ``NotFound``, an
+time-outs become :class:`~emq.core.errors.BackendUnavailable`, a missing node ``NotFound``, an
 existing one ``AlreadyExists``. While disconnected, a mirror keeps answering from its last state
 (availability over freshness: the 2 s bound then becomes "2 s after the session is back"), and
 a miss or a write fails with ``BackendUnavailable``: at once while the session is not connected
@@ -82,17 +82,17 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
 from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
 from kazoo.recipe.watchers import DataWatch  # type: ignore[import-untyped]
 
-from emq.errors import (
+from emq.core.errors import (
     AlreadyExists,
     BackendUnavailable,
     ConfigConflict,
     InvalidInput,
     NotFound,
 )
-from emq.interfaces import ConfigStore
-from emq.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
-from emq.naming import ZkPaths
-from emq.threads import call_soon, settle
+from emq.core.interfaces import ConfigStore
+from emq.core.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
+from emq.core.naming import ZkPaths
+from emq.core.threads import call_soon, settle
 
 log = logging.getLogger(__name__)
 
@@ -420,7 +420,7 @@ class _Mirror(Generic[K, V]):
 
 
 class ZkConfigStore(ConfigStore):
-    """:class:`~emq.interfaces.ConfigStore` on ZooKeeper (see the module docstring).
+    """:class:`~emq.core.interfaces.ConfigStore` on ZooKeeper (see the module docstring).
 
     ``client`` may be started or not; if the store starts it, the store also stops it in
     :meth:`aclose`. Every call starts the session and creates the layout on first use.

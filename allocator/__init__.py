@@ -5,7 +5,7 @@
 * :mod:`allocator.document` — the ``/assignments`` document: generations, epochs, handovers.
 * :mod:`allocator.election` and :mod:`allocator.leader` — one elected leader writes it, guarded.
 * :mod:`allocator.fleet` — one worker's membership: ``FleetAssignment``, the worker's
-  :class:`~emq.interfaces.AssignmentSource`; :mod:`allocator.handover` — when a moved group
+  :class:`~emq.core.interfaces.AssignmentSource`; :mod:`allocator.handover` — when a moved group
   may start on its new owner.
 * :mod:`allocator.view` — the fleet as operators see it (``GET /v1/workers``).
 

@@ -32,7 +32,7 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]
 
 from allocator import zk
-from emq.errors import BackendUnavailable
+from emq.core.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 

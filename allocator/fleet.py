@@ -3,7 +3,7 @@
 Use case: ``emq worker`` without ``--standalone``. The worker registers an ephemeral node
 ``/running/<id>`` (host, pid, capacity weight), contends for leadership (the leader computes and
 writes ``/assignments``, see :mod:`allocator.leader`), follows ``/assignments`` with a data watch
-and hands the worker :class:`~emq.interfaces.OwnedGroups` snapshots: the groups the document
+and hands the worker :class:`~emq.core.interfaces.OwnedGroups` snapshots: the groups the document
 gives it, each once its handover has settled (:mod:`allocator.handover`).
 
 States of a member (the ZooKeeper session's state, and the store's word, drive them)::
@@ -80,10 +80,10 @@ from allocator.election import Election
 from allocator.handover import HandoverGate
 from allocator.leader import Deposed, Leader
 from allocator.settings import FleetSettings, grace_s, self_fence_s
-from emq.errors import BackendUnavailable
-from emq.interfaces import AssignmentSource, ConfigStore, OwnedGroups
-from emq.model import GroupRef, Namespace, Topic, TopicRef
-from emq.naming import ZkPaths
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import AssignmentSource, ConfigStore, OwnedGroups
+from emq.core.model import GroupRef, Namespace, Topic, TopicRef
+from emq.core.naming import ZkPaths
 
 log = logging.getLogger(__name__)
 

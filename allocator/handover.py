@@ -23,8 +23,8 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 from allocator import zk
 from allocator.document import Entry
-from emq.model import Namespace
-from emq.naming import ZkPaths
+from emq.core.model import Namespace
+from emq.core.naming import ZkPaths
 
 Touching = Callable[[], frozenset[tuple[str, int]]]
 

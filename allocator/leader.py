@@ -44,9 +44,9 @@ from allocator import zk
 from allocator.assign import assign
 from allocator.document import Document, advance, next_generation, same_groups
 from allocator.settings import FleetSettings
-from emq.errors import BackendUnavailable
-from emq.model import Namespace
-from emq.naming import ZkPaths
+from emq.core.errors import BackendUnavailable
+from emq.core.model import Namespace
+from emq.core.naming import ZkPaths
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emq.errors import ConfigError
+from emq.core.errors import ConfigError
 
 SELF_FENCE_FRACTION = 2.0 / 3.0  # of the session timeout: kazoo's own read timeout
 

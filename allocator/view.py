@@ -19,10 +19,10 @@ from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]
 from allocator import zk
 from allocator.document import Document
 from allocator.election import ordered
-from emq.errors import BackendUnavailable
-from emq.interfaces import FleetMember, FleetState, FleetView
-from emq.model import Namespace
-from emq.naming import ZkPaths
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import FleetMember, FleetState, FleetView
+from emq.core.model import Namespace
+from emq.core.naming import ZkPaths
 
 log = logging.getLogger(__name__)
 

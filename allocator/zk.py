@@ -4,7 +4,7 @@ kazoo calls back on its own threads; nothing here blocks one. A result is awaite
 callback that only does ``loop.call_soon_threadsafe``; a watch likewise only sets an
 :class:`asyncio.Event` through the loop. Errors that mean "ZooKeeper cannot answer now"
 (connection loss, expired session, a request that timed out) become
-:class:`~emq.errors.BackendUnavailable`; the ones callers give a meaning to (no node, node
+:class:`~emq.core.errors.BackendUnavailable`; the ones callers give a meaning to (no node, node
 exists, bad version) are raised as kazoo's own.
 """
 
@@ -23,9 +23,9 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
     RolledBackError,
 )
 
-from emq import threads
-from emq.errors import BackendUnavailable
-from emq.threads import call_soon
+from emq.core import threads
+from emq.core.errors import BackendUnavailable
+from emq.core.threads import call_soon
 
 __all__ = ["MEANINGFUL", "Poke", "call_soon", "check", "failed_op", "one", "settle", "unavailable"]
 

@@ -17,7 +17,7 @@ import math
 from dataclasses import dataclass
 
 from capacity.split import DEFAULT_MAX_GROUP_QPS, group_count, split_quota
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 
 DEFAULT_HEADROOM = 1.2
 # A conservative figure for one worker on 2 cores pushing to fast endpoints; measure yours with

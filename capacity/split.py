@@ -8,7 +8,7 @@ there is a remainder, because ``q < n * cap`` then.)
 
 from __future__ import annotations
 
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 
 DEFAULT_MAX_GROUP_QPS = 150
 

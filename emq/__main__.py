@@ -1,5 +1,5 @@
 import sys
 
-from emq.cli import main
+from emq.cli.main import main
 
 sys.exit(main())

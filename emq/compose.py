@@ -16,10 +16,10 @@ from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.settings import FleetSettings
 from allocator.view import ZkFleetView
-from emq.errors import ConfigError
-from emq.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
-from emq.naming import RedisKeys
-from emq.settings import Durability, Settings
+from emq.core.errors import ConfigError
+from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
+from emq.core.naming import RedisKeys
+from emq.core.settings import Durability, Settings
 
 
 async def open_queues(settings: Settings) -> QueueBackend:

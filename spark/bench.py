@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from emq.errors import EmqError
+from emq.core.errors import EmqError
 
 HERE = Path(__file__).resolve().parent
 DAYS = 7

@@ -44,8 +44,8 @@ import pyarrow.parquet as pq
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
-from emq.errors import InvalidInput
-from emq.interfaces import HistoryRow
+from emq.core.errors import InvalidInput
+from emq.core.interfaces import HistoryRow
 
 FORMAT_VERSION = 1
 MARKER = "_emq_history.json"  # a leading underscore: Spark's readers skip it

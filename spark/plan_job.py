@@ -139,7 +139,7 @@ def add_arguments(
 
 def worker_capacity(args: argparse.Namespace, default: float) -> tuple[float, str]:
     """The per-worker capacity and where it came from."""
-    from emq.errors import InvalidInput
+    from emq.core.errors import InvalidInput
 
     if args.worker_qps is not None:
         if args.worker_qps <= 0:
@@ -163,7 +163,7 @@ def worker_capacity(args: argparse.Namespace, default: float) -> tuple[float, st
 def options(args: argparse.Namespace, max_group_qps: int | None = None) -> Any:
     """The job's :class:`~spark.planning.PlanOptions` from parsed flags (checked)."""
     from capacity.plan import DEFAULT_WORKER_QPS
-    from emq.errors import InvalidInput
+    from emq.core.errors import InvalidInput
     from spark.planning import PlanOptions
 
     if not args.headroom > 0:
@@ -218,7 +218,7 @@ def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> in
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The spark-submit entry point: ``plan_job.py --history DIR --out DIR [...]``."""
-    from emq.errors import EmqError
+    from emq.core.errors import EmqError
 
     args = build_parser().parse_args(argv)
     try:

@@ -13,7 +13,7 @@ import pandas as pd
 from pyspark.errors import AnalysisException
 from pyspark.sql import DataFrame, SparkSession
 
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 from spark import planning, sizing
 from spark.history import KEYS
 from spark.planning import PlanOptions

@@ -39,7 +39,7 @@ import pandas as pd
 from pyspark.sql import Column, DataFrame, SparkSession, Window
 from pyspark.sql import functions as F
 
-from emq.errors import EmqError
+from emq.core.errors import EmqError
 from spark.history import KEYS, aggregate, read_history, read_marker_any
 
 DAY_S = 86_400

@@ -34,7 +34,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 from capacity.split import DEFAULT_MAX_GROUP_QPS
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 from spark.history import MARKER, read_marker, write_marker
 
 DAY_S = 86_400

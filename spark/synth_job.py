@@ -42,7 +42,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def _midnight(text: str | None) -> int | None:
-    from emq.errors import InvalidInput
+    from emq.core.errors import InvalidInput
 
     if text is None:
         return None
@@ -89,7 +89,7 @@ def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> in
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    from emq.errors import EmqError
+    from emq.core.errors import EmqError
 
     parser = argparse.ArgumentParser(
         prog="synth_job.py", description="Generate synthetic EMQ traffic history with Spark."

@@ -19,7 +19,7 @@ import pytest
 import redis.asyncio as aioredis
 from kazoo.client import KazooClient
 
-from emq.settings import Settings
+from emq.core.settings import Settings
 from emq.stack import Service, free_port
 
 ZK_TICK_MS = "500"  # lets tests use 1-10 s sessions (ZooKeeper allows 2-20 ticks)

@@ -50,9 +50,9 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 
-from emq.errors import BackendUnavailable
-from emq.interfaces import QueueBackend
-from emq.model import QueueRef
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import QueueBackend
+from emq.core.model import QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
 from worker.settings import WorkerSettings

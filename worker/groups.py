@@ -44,8 +44,8 @@ import orjson
 
 from capacity.priority import WeightedPlanner
 from capacity.rate import QpsCounter
-from emq.interfaces import Checkpoint, Offset
-from emq.model import (
+from emq.core.interfaces import Checkpoint, Offset
+from emq.core.model import (
     PRIORITIES,
     Delivery,
     Envelope,
@@ -59,6 +59,7 @@ from worker.keys import KeyLines
 from worker.progress import Progress
 
 GRANT_WINDOW_S = 1.01
+
 
 class Lifecycle(enum.Enum):
     """Where a group is in its ownership by this worker (see the module docstring)."""
@@ -88,8 +89,8 @@ class Buffered:
     fetched: a worker holds seconds of quota of every group it owns, and a decoded envelope is
     several objects that each garbage collection walks again while the job waits (a quarter to a
     third of the worker's CPU in ``emq bench dispatch`` W2). Decoded once either way: the push
-    reads a :class:`~emq.model.Delivery` off the decoded JSON; only a failure (retry, dead
-    letter) builds the whole :class:`~emq.model.Envelope`.
+    reads a :class:`~emq.core.model.Delivery` off the decoded JSON; only a failure (retry, dead
+    letter) builds the whole :class:`~emq.core.model.Envelope`.
     """
 
     __slots__ = (

@@ -15,9 +15,9 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 
-from emq.errors import BackendUnavailable
-from emq.interfaces import HistoryRow, HistoryStore
-from emq.model import TopicRef
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import HistoryRow, HistoryStore
+from emq.core.model import TopicRef
 from worker.groups import LatencyHistogram, TopicState, TopicStats
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage

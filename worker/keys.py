@@ -1,6 +1,6 @@
 """Order per key: at most one job of a ``key`` in flight in a group, the next only after it.
 
-Jobs of one key hash to one group (emq.enqueue), so one worker sees them all, in offset order
+Jobs of one key hash to one group (emq.api.enqueue), so one worker sees them all, in offset order
 per queue. The dispatcher asks :meth:`KeyLines.admit` for every keyed job it takes from a
 buffer; a job whose key has one in flight is *parked* behind it (taken out of the buffer, so
 it blocks neither other keys nor other groups, and no tick scans it again). When the push of

@@ -13,9 +13,9 @@ import socket
 
 from aiohttp import web
 
-from emq.errors import ConfigError
-from emq.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
-from emq.model import Namespace
+from emq.core.errors import ConfigError
+from emq.core.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
+from emq.core.model import Namespace
 from worker.metrics import WorkerMetrics
 from worker.push import PushExecutor
 from worker.runtime import Worker

@@ -1,6 +1,6 @@
 """Riding out a backend outage: every long-running worker loop pauses and resumes through here.
 
-A loop that meets :class:`~emq.errors.BackendUnavailable` must not die (the worker stops when a
+A loop that meets :class:`~emq.core.errors.BackendUnavailable` must not die (the worker stops when a
 task dies) and must not spin: it calls :meth:`Outage.pause`, which sleeps with exponential
 backoff, and :meth:`Outage.resumed` once a call succeeds again. Per loop (``what``)::
 
@@ -21,7 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from emq.errors import BackendUnavailable
+from emq.core.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)
 

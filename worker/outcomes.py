@@ -23,9 +23,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from emq.errors import BackendUnavailable, Fenced
-from emq.interfaces import DeadLetter, PushResult, QueueBackend, Scheduled
-from emq.model import Envelope
+from emq.core.errors import BackendUnavailable, Fenced
+from emq.core.interfaces import DeadLetter, PushResult, QueueBackend, Scheduled
+from emq.core.model import Envelope
 from worker.groups import Buffered, GroupState
 from worker.outage import Outage
 

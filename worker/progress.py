@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from collections import deque
 
-from emq.interfaces import Offset
+from emq.core.interfaces import Offset
 
 
 class Progress:

@@ -7,10 +7,10 @@ Concurrency is bounded by the caller: the worker's sender pool (``worker/senders
 topic's endpoint concurrency, with ``EMQ_WORKER_MAX_IN_FLIGHT`` over all.
 
 What a push can end in: a :class:`PushResult` (an answer, a timeout or a transport failure: the
-caller retries), or a non-retryable :class:`~emq.errors.DeliveryError`: ``DestinationRefused``
+caller retries), or a non-retryable :class:`~emq.core.errors.DeliveryError`: ``DestinationRefused``
 (the SSRF guard) or ``Undeliverable`` (a URL or header HTTP cannot carry: the same checks as at
-enqueue, :mod:`emq.outbound`, plus whatever aiohttp refuses while writing the request). Anything
-else escaping is a bug; the caller counts it as a failed attempt.
+enqueue, :mod:`emq.core.outbound`, plus whatever aiohttp refuses while writing the request).
+Anything else escaping is a bug; the caller counts it as a failed attempt.
 """
 
 from __future__ import annotations
@@ -23,9 +23,9 @@ import time
 import aiohttp
 from yarl import URL
 
-from emq.errors import DeliveryError, DestinationRefused, InvalidInput, Undeliverable
-from emq.interfaces import Pusher, PushRequest, PushResult
-from emq.outbound import push_url
+from emq.core.errors import DeliveryError, DestinationRefused, InvalidInput, Undeliverable
+from emq.core.interfaces import Pusher, PushRequest, PushResult
+from emq.core.outbound import push_url
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy, GuardedResolver
 

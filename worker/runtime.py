@@ -31,8 +31,8 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from capacity import split_quota
-from emq.errors import BackendUnavailable, DeliveryError, Fenced
-from emq.interfaces import (
+from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
+from emq.core.interfaces import (
     AssignmentSource,
     Checkpoint,
     ConfigStore,
@@ -43,7 +43,7 @@ from emq.interfaces import (
     PushResult,
     QueueBackend,
 )
-from emq.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
+from emq.core.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
@@ -334,9 +334,7 @@ class Worker:
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         return quota[ref.index] if ref.index < len(quota) else 1
 
-    async def _claim_once(
-        self, ref: GroupRef, epoch: int
-    ) -> tuple[bool, list[Checkpoint | None]]:
+    async def _claim_once(self, ref: GroupRef, epoch: int) -> tuple[bool, list[Checkpoint | None]]:
         """Claim ``ref`` at ``epoch`` (claiming twice is harmless): whether a former holder never
         let go, and the group's checkpoints (final: the claim fenced any former owner's writes)."""
         contested = await self.queues.claim(ref, epoch, self.holder)

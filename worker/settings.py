@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from emq.errors import ConfigError
+from emq.core.errors import ConfigError
 
 METRICS_AUTO = "auto"
 METRICS_AUTO_PORTS = range(9101, 9200)  # "auto" takes the first free one: a worker per core

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 
 from aiohttp.abc import AbstractResolver, ResolveResult
 
-from emq.errors import DestinationRefused
+from emq.core.errors import DestinationRefused
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

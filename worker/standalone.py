@@ -12,8 +12,8 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 
-from emq.interfaces import AssignmentSource, ConfigStore, OwnedGroups
-from emq.model import Namespace
+from emq.core.interfaces import AssignmentSource, ConfigStore, OwnedGroups
+from emq.core.model import Namespace
 
 
 class StandaloneAssignment(AssignmentSource):

@@ -36,19 +36,19 @@ from aiohttp import web
 
 from capacity import group_count, split_quota
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
-from emq.enqueue import BacklogGuard, Enqueuer, topic_backlog
-from emq.errors import (
+from emq.core.errors import (
     BackendUnavailable,
     InvalidInput,
     MalformedRequest,
     PayloadTooLarge,
     RequestTimeout,
 )
-from emq.interfaces import (
+from emq.core.interfaces import (
     ConfigStore,
     DeadLetter,
     FleetState,
@@ -56,7 +56,7 @@ from emq.interfaces import (
     HistoryStore,
     QueueBackend,
 )
-from emq.model import (
+from emq.core.model import (
     DLQ_LIMITS,
     MAX_TOPIC_QPS,
     Envelope,
@@ -69,8 +69,8 @@ from emq.model import (
     TopicRef,
     validate_name,
 )
-from emq.outbound import check_text
-from emq.settings import Settings
+from emq.core.outbound import check_text
+from emq.core.settings import Settings
 
 
 def _positive(value: float) -> None:

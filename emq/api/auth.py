@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from emq.errors import Forbidden, NotFound, Unauthorized
-from emq.interfaces import ConfigStore
-from emq.model import NAME_RE
+from emq.core.errors import Forbidden, NotFound, Unauthorized
+from emq.core.interfaces import ConfigStore
+from emq.core.model import NAME_RE
 
 
 @dataclass(frozen=True, slots=True)

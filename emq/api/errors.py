@@ -12,7 +12,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from emq import errors
+from emq.core import errors
 
 log = logging.getLogger(__name__)
 

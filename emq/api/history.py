@@ -10,9 +10,9 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
-from emq.errors import BackendUnavailable
-from emq.interfaces import HistoryRow, HistoryStore
-from emq.model import Topic, TopicRef
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import HistoryRow, HistoryStore
+from emq.core.model import Topic, TopicRef
 
 log = logging.getLogger(__name__)
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from emq import __version__
-from emq.model import DLQ_LIMITS, DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES
+from emq.core.model import DLQ_LIMITS, DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES
 
 _NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"}
 _NS = {

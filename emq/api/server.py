@@ -25,7 +25,7 @@ from emq.api.app import ApiSettings, make_app
 from emq.api.errors import Handler
 from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.compose import open_config, open_fleet_view, open_history, open_queues
-from emq.settings import Settings
+from emq.core.settings import Settings
 
 log = logging.getLogger(__name__)
 

@@ -58,7 +58,7 @@ from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
 from emq.bench.priority import w9, w10
 from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b, w11
-from emq.errors import EmqError
+from emq.core.errors import EmqError
 
 SUMMARY_EXTRA = {
     "W2": (

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from emq.bench.machine import describe
-from emq.errors import EmqError
+from emq.core.errors import EmqError
 from emq.stack import Service, free_port
 
 ADMIN_TOKEN = "bench-admin-token"

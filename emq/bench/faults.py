@@ -39,8 +39,8 @@ import aiohttp
 from emq.bench import promises
 from emq.bench.machine import describe
 from emq.bench.rig import ADMIN_TOKEN, BODY, TENANT, Proc, Rig
-from emq.errors import EmqError
-from emq.model import Job, RetryPolicy
+from emq.core.errors import EmqError
+from emq.core.model import Job, RetryPolicy
 
 CHECKPOINT_S = 1.0  # the worker's default checkpoint interval: the duplicate bound's unit
 FAST_RETRY = RetryPolicy(max_attempts=2, base_delay_s=0.2, multiplier=2.0, jitter=0.0)
@@ -457,7 +457,7 @@ def run_cli(
     trials: str, duration_s: float | None, say: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """``emq bench faults``: ``trials`` comma-separated (empty: all); ``duration_s`` the length
-    of each timed fault. A bad name or duration is one :class:`~emq.errors.EmqError` line."""
+    of each timed fault. A bad name or duration is one :class:`~emq.core.errors.EmqError` line."""
     # The trial's own clients see the faults it injects, and say so: only errors are news here.
     for name in ("kazoo", "adapters"):
         logging.getLogger(name).setLevel(logging.ERROR)

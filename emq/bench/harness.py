@@ -29,9 +29,9 @@ import aiohttp
 import redis.asyncio as aioredis
 
 from adapters.redis_queue import RedisQueueBackend, connect
-from emq.errors import EmqError
-from emq.interfaces import PutItem
-from emq.model import Envelope, Job, Namespace, QueueRef, TopicRef
+from emq.core.errors import EmqError
+from emq.core.interfaces import PutItem
+from emq.core.model import Envelope, Job, Namespace, QueueRef, TopicRef
 from emq.stack import Service, free_port
 
 TENANT = "bench"

@@ -35,11 +35,11 @@ from typing import Any
 
 import aiohttp
 
+from emq.api.enqueue import jump_hash
 from emq.bench import promises
 from emq.bench.machine import describe
 from emq.bench.rig import ADMIN_TOKEN, BODY, TENANT, Rig
-from emq.enqueue import jump_hash
-from emq.errors import EmqError
+from emq.core.errors import EmqError
 
 KINDS = ("steady", "steady", "steady", "flood", "fail", "busy", "hang", "slow")
 MISBEHAVING = frozenset({"flood", "fail", "busy", "hang", "slow"})
@@ -339,7 +339,7 @@ def run_cli(
     seeds: int, duration_s: float | None, say: Callable[[str], None] = lambda _: None
 ) -> dict[str, Any]:
     """``emq bench promises``: seeds ``1..seeds``, each ``duration_s`` long (30 by default); a
-    bad value is one :class:`~emq.errors.EmqError` line."""
+    bad value is one :class:`~emq.core.errors.EmqError` line."""
     for name in ("kazoo", "adapters"):  # the run's own clients: only errors are news here
         logging.getLogger(name).setLevel(logging.ERROR)
     if not 1 <= seeds <= 100:

@@ -30,8 +30,8 @@ from emq.bench.harness import (
     topic_ref,
 )
 from emq.bench.workloads import judge, quantile, start_worker, topic_specs
-from emq.interfaces import PutItem
-from emq.model import Envelope, Job, Priority, QueueRef
+from emq.core.interfaces import PutItem
+from emq.core.model import Envelope, Job, Priority, QueueRef
 from worker.settings import WorkerSettings
 
 W9_QPS = 20

@@ -4,7 +4,7 @@
 (``deploy/zookeeper.sh``, 500 ms ticks so that sessions of a few seconds are allowed) on free
 ports in a temporary directory, and the sink (:mod:`emq.bench.sink` with ``--record``). It
 creates topics in the real config store and enqueues through the real
-:class:`~emq.enqueue.Enqueuer`, as the API does. Workers (``emq worker``) and the API
+:class:`~emq.api.enqueue.Enqueuer`, as the API does. Workers (``emq worker``) and the API
 (``emq api``) run as :class:`Proc`: real processes that a trial may ``kill -9``, ``SIGSTOP`` or
 restart. The servers themselves can be killed and restarted the same way (:meth:`Rig.kill`).
 
@@ -27,14 +27,23 @@ from typing import Any
 import aiohttp
 
 from capacity import group_count
+from emq.api.enqueue import Enqueuer
 from emq.bench.harness import spawn
 from emq.bench.promises import Delivery, Quota, parse_log
 from emq.compose import open_config, open_queues
-from emq.enqueue import Enqueuer
-from emq.errors import BackendUnavailable, EmqError
-from emq.interfaces import ConfigStore, PutItem, QueueBackend
-from emq.model import Envelope, Job, Namespace, RetryPolicy, Tenant, Topic, TopicRef, new_job_id
-from emq.settings import Settings
+from emq.core.errors import BackendUnavailable, EmqError
+from emq.core.interfaces import ConfigStore, PutItem, QueueBackend
+from emq.core.model import (
+    Envelope,
+    Job,
+    Namespace,
+    RetryPolicy,
+    Tenant,
+    Topic,
+    TopicRef,
+    new_job_id,
+)
+from emq.core.settings import Settings
 from emq.stack import Service, free_port
 
 TENANT = "faults"

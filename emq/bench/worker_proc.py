@@ -37,9 +37,9 @@ import uvloop
 from adapters.memory_config import MemoryConfigStore
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_queue import connect
-from emq.interfaces import Pusher, PushRequest, PushResult
-from emq.model import Namespace, Tenant, Topic, TopicRef
-from emq.naming import RedisKeys
+from emq.core.interfaces import Pusher, PushRequest, PushResult
+from emq.core.model import Namespace, Tenant, Topic, TopicRef
+from emq.core.naming import RedisKeys
 from worker.main import raise_fd_limit, tune_gc
 from worker.push import PushExecutor
 from worker.runtime import Worker

@@ -17,6 +17,7 @@ import time
 from typing import Any
 
 from capacity import group_count
+from emq.api.enqueue import jump_hash
 from emq.bench.harness import (
     SECRET,
     Contention,
@@ -33,9 +34,8 @@ from emq.bench.harness import (
 )
 from emq.bench.machine import describe
 from emq.bench.promises import busiest_window
-from emq.enqueue import jump_hash
-from emq.errors import EmqError
-from emq.model import PRIORITIES, Priority
+from emq.core.errors import EmqError
+from emq.core.model import PRIORITIES, Priority
 from worker.settings import WorkerSettings
 
 WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11")
@@ -374,7 +374,7 @@ async def _w11_run(h: Harness, jobs: int, *, keyed: bool) -> dict[str, Any]:
         for n in range(per_topic):
             for t in W11_TOPICS:
                 key = f"k{n % W11_KEYS}" if keyed else None
-                # Jobs of one key go to one group (emq.enqueue does the same hash).
+                # Jobs of one key go to one group (emq.api.enqueue does the same hash).
                 ref = topic_ref(t)
                 groups = group_count(W11_QPS)
                 g = jump_hash(key, groups) if key is not None else n % groups

@@ -24,8 +24,8 @@ from redis.asyncio.cluster import RedisCluster
 
 from adapters.memory_queue import MemoryQueueBackend
 from adapters.redis_queue import connect
-from emq.interfaces import QueueBackend
-from emq.naming import RedisKeys
+from emq.core.interfaces import QueueBackend
+from emq.core.naming import RedisKeys
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "redis-cluster.sh"
 KINDS = ("memory", "redis", "cluster")

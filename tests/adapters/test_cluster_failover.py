@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from adapters.redis_queue import RedisQueueBackend, connect
-from emq.errors import BackendUnavailable
-from emq.interfaces import PutItem
-from emq.model import GroupRef, Namespace, Priority, QueueRef, TopicRef
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import PutItem
+from emq.core.model import GroupRef, Namespace, Priority, QueueRef, TopicRef
 from tests.adapters.conftest import SCRIPT
 
 FAILOVER_WITHIN_S = 30  # cluster-node-timeout is 5 s; an election follows

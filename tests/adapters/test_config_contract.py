@@ -25,10 +25,16 @@ from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
 from adapters.memory_config import MemoryConfigStore
 from adapters.zk_config import ZkConfigStore, connect
-from emq.errors import AlreadyExists, BackendUnavailable, ConfigConflict, InvalidInput, NotFound
-from emq.interfaces import ConfigStore
-from emq.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
-from emq.naming import ZkPaths
+from emq.core.errors import (
+    AlreadyExists,
+    BackendUnavailable,
+    ConfigConflict,
+    InvalidInput,
+    NotFound,
+)
+from emq.core.interfaces import ConfigStore
+from emq.core.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
+from emq.core.naming import ZkPaths
 from emq.stack import Service, free_port
 
 WATCH_BOUND_S = 2.0  # the contract: every worker sees a change within 2 s

@@ -1,4 +1,4 @@
-"""One contract for every :class:`~emq.interfaces.QueueBackend`: memory, Redis, Redis Cluster.
+"""One contract for every :class:`~emq.core.interfaces.QueueBackend`: memory, Redis, Redis Cluster.
 
 Each test runs three times (the ``subject`` fixture's params). Where a behaviour can only be
 observed differently (an idempotency window expires on the injected clock in memory; on Redis the
@@ -19,10 +19,10 @@ from redis.asyncio.cluster import RedisCluster
 
 from adapters.memory_queue import MemoryQueueBackend
 from adapters.redis_queue import RedisQueueBackend, connect
-from emq.errors import BackendUnavailable, Fenced, InvalidInput
-from emq.interfaces import ZERO_OFFSET, DeadLetter, Entry, Offset, PutItem, QueueBackend
-from emq.model import DlqRetention, GroupRef, Namespace, Priority, QueueRef, TopicRef
-from emq.naming import RedisKeys
+from emq.core.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.core.interfaces import ZERO_OFFSET, DeadLetter, Entry, Offset, PutItem, QueueBackend
+from emq.core.model import DlqRetention, GroupRef, Namespace, Priority, QueueRef, TopicRef
+from emq.core.naming import RedisKeys
 from emq.stack import free_port
 from tests.adapters.conftest import IDEMPOTENCY_WINDOW_S, Subject
 

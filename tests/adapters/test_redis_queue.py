@@ -10,10 +10,10 @@ from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
 from adapters.redis_queue import _translated, connect
-from emq.errors import BackendUnavailable, Fenced
-from emq.interfaces import ZERO_OFFSET, DeadLetter, PutItem
-from emq.model import GroupRef, Namespace, Priority, TopicRef
-from emq.naming import RedisKeys
+from emq.core.errors import BackendUnavailable, Fenced
+from emq.core.interfaces import ZERO_OFFSET, DeadLetter, PutItem
+from emq.core.model import GroupRef, Namespace, Priority, TopicRef
+from emq.core.naming import RedisKeys
 from emq.stack import Service, free_port
 from tests.adapters.conftest import Subject
 

@@ -18,10 +18,18 @@ from redis.crc import key_slot
 
 from adapters.memory_queue import MemoryQueueBackend
 from adapters.redis_queue import RedisQueueBackend, connect
-from emq.errors import BackendUnavailable, Fenced, InvalidInput
-from emq.interfaces import ZERO_OFFSET, DeadLetter, Entry, Offset, PutItem, QueueBackend, Scheduled
-from emq.model import GroupRef, Namespace, Priority, QueueRef, TopicRef
-from emq.naming import RedisKeys
+from emq.core.errors import BackendUnavailable, Fenced, InvalidInput
+from emq.core.interfaces import (
+    ZERO_OFFSET,
+    DeadLetter,
+    Entry,
+    Offset,
+    PutItem,
+    QueueBackend,
+    Scheduled,
+)
+from emq.core.model import GroupRef, Namespace, Priority, QueueRef, TopicRef
+from emq.core.naming import RedisKeys
 from emq.stack import free_port
 from tests.adapters.conftest import Subject
 

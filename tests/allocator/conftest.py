@@ -22,9 +22,9 @@ from kazoo.client import KazooClient
 from allocator.fleet import FleetAssignment, join
 from allocator.settings import FleetSettings
 from emq.compose import open_config
-from emq.interfaces import ConfigStore, OwnedGroups
-from emq.model import GroupRef, Namespace, Tenant, Topic, TopicRef
-from emq.settings import Settings
+from emq.core.interfaces import ConfigStore, OwnedGroups
+from emq.core.model import GroupRef, Namespace, Tenant, Topic, TopicRef
+from emq.core.settings import Settings
 
 NS = Namespace.ONLINE
 SESSION_S = 2.0  # ZooKeeper ticks are 500 ms in tests: 2 s sessions are allowed

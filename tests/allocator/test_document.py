@@ -7,8 +7,8 @@ import pytest
 from allocator.document import Document, Entry, advance, next_generation
 from allocator.fleet import parse_group
 from allocator.leader import member_weight, parse_marker
-from emq.model import GroupRef, Namespace, TopicRef
-from emq.naming import ZkPaths
+from emq.core.model import GroupRef, Namespace, TopicRef
+from emq.core.naming import ZkPaths
 
 
 def never(group: str, worker: str, epoch: int) -> bool:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from emq import fleet_commands
-from emq.cli import build_parser
-from emq.settings import Settings
+from emq.cli.main import build_parser
+from emq.cli.main import fleet as fleet_commands
+from emq.core.settings import Settings
 
 BODY = {
     "namespace": "online",

@@ -39,9 +39,9 @@ from allocator.document import Document
 from allocator.view import ZkFleetView
 from emq.api import ApiSettings, make_app
 from emq.compose import open_config, open_history, open_queues
-from emq.model import GroupRef, Namespace, TopicRef
-from emq.naming import RedisKeys, ZkPaths
-from emq.settings import Settings
+from emq.core.model import GroupRef, Namespace, TopicRef
+from emq.core.naming import RedisKeys, ZkPaths
+from emq.core.settings import Settings
 from tests.worker.conftest import Sink, Stack, WorkerProcess, stack, worker_process
 
 __all__ = ["stack", "worker_process"]  # fixtures used from the worker harness

@@ -17,8 +17,8 @@ from allocator.document import Document, Entry
 from allocator.election import Election
 from allocator.leader import Deposed, Leader
 from allocator.settings import FleetSettings
-from emq.model import GroupRef
-from emq.naming import ZkPaths
+from emq.core.model import GroupRef
+from emq.core.naming import ZkPaths
 from tests.allocator.conftest import (
     NS,
     SESSION_S,

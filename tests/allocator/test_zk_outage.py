@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from emq.settings import Settings
+from emq.core.settings import Settings
 from emq.stack import Service, free_port
 from tests.allocator.test_fleet_e2e import (
     AttributedSink,

@@ -13,8 +13,8 @@ from kazoo.client import KazooClient
 
 from emq.api import ApiSettings, make_app
 from emq.compose import open_config, open_history, open_queues
-from emq.interfaces import ConfigStore, HistoryStore, QueueBackend
-from emq.settings import Settings
+from emq.core.interfaces import ConfigStore, HistoryStore, QueueBackend
+from emq.core.settings import Settings
 
 ADMIN = {"Authorization": "Bearer test-admin-token"}
 

@@ -12,8 +12,8 @@ from typing import Any
 from kazoo.client import KazooClient
 
 from adapters.zk_config import decode_topic
-from emq.interfaces import ZERO_OFFSET, DeadLetter
-from emq.model import Namespace, Priority, TopicRef
+from emq.core.interfaces import ZERO_OFFSET, DeadLetter
+from emq.core.model import Namespace, Priority, TopicRef
 from tests.api.conftest import ADMIN, Api
 
 JOB = {"url": "https://example.com/hook", "body": {"n": 1}}

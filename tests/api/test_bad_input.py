@@ -12,7 +12,7 @@ import pytest
 
 from emq.api import ApiSettings
 from emq.compose import open_config, open_queues
-from emq.settings import Settings
+from emq.core.settings import Settings
 from emq.stack import Service, free_port
 from tests.api.conftest import ADMIN, Api, serve
 

@@ -20,10 +20,10 @@ from aiohttp import web
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
 from emq.compose import open_config, open_queues
-from emq.errors import ConfigError
-from emq.interfaces import DeadLetter
-from emq.model import Namespace, Priority, TopicRef
-from emq.settings import Settings, load
+from emq.core.errors import ConfigError
+from emq.core.interfaces import DeadLetter
+from emq.core.model import Namespace, Priority, TopicRef
+from emq.core.settings import Settings, load
 from tests.api.conftest import ADMIN, Api
 from tests.api.test_bad_input import JOB, JOBS, _rejected
 

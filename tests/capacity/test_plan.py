@@ -20,7 +20,7 @@ from capacity.plan import (
     size_topic,
     workers_needed,
 )
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from capacity import group_count, split_quota
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 
 
 @pytest.mark.parametrize(

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from emq.interfaces import ZERO_OFFSET, DeadLetter, QueueBackend
-from emq.model import Namespace, Priority, TopicRef
+from emq.core.interfaces import ZERO_OFFSET, DeadLetter, QueueBackend
+from emq.core.model import Namespace, Priority, TopicRef
 
 JOB = {"url": "https://example.com/hook", "body": {"n": 1}}
 

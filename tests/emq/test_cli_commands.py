@@ -18,10 +18,10 @@ from typing import Any
 import aiohttp
 import pytest
 
+from emq.api.enqueue import topic_backlog
 from emq.compose import open_config, open_queues
-from emq.enqueue import topic_backlog
-from emq.model import Namespace, TopicRef
-from emq.settings import Settings
+from emq.core.model import Namespace, TopicRef
+from emq.core.settings import Settings
 from emq.stack import free_port
 from tests.emq.support import JOB, dead_letter_everything
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import time
 
 from emq.compose import open_config
-from emq.model import Tenant
-from emq.settings import Settings
+from emq.core.model import Tenant
+from emq.core.settings import Settings
 from tests.emq.test_cli_commands import ADMIN_TOKEN, EmqApi, emq_api  # noqa: F401 - a fixture
 
 

@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from emq import errors
 from emq.client import ApiError, Client, Producer, error_from_response
+from emq.core import errors
 from emq.stack import free_port
 from tests.api.conftest import Api
 from tests.emq.support import JOB, dead_letter_everything

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from emq import errors
 from emq.client import Backoff, Client
+from emq.core import errors
 from tests.api.conftest import Api
 from tests.conftest import RestartableRedis
 from tests.emq.support import JOB

@@ -13,10 +13,10 @@ import pytest
 import redis.asyncio as aioredis
 
 from emq.compose import open_queues
-from emq.errors import BackendUnavailable, ConfigError
-from emq.interfaces import PutItem
-from emq.model import GroupRef, Namespace, Priority, TopicRef
-from emq.settings import Durability, Settings
+from emq.core.errors import BackendUnavailable, ConfigError
+from emq.core.interfaces import PutItem
+from emq.core.model import GroupRef, Namespace, Priority, TopicRef
+from emq.core.settings import Durability, Settings
 from emq.stack import Service, free_port, local_stack
 from tests.conftest import RestartableRedis
 

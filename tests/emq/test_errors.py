@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from emq import errors
+from emq.core import errors
 
 
 def test_every_error_has_the_one_root_and_a_code() -> None:

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import pytest
 
-from emq.interfaces import ZERO_OFFSET, Offset
+from emq.core.interfaces import ZERO_OFFSET, Offset
 
 
 def test_offsets_parse_print_and_order_numerically() -> None:

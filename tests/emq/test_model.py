@@ -6,8 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emq.errors import InvalidInput, PayloadTooLarge
-from emq.model import (
+from emq.core.errors import InvalidInput, PayloadTooLarge
+from emq.core.model import (
     Envelope,
     Job,
     JobLimits,

@@ -5,9 +5,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 from redis.crc import key_slot
 
-from emq.errors import ConfigError, InvalidInput
-from emq.model import GroupRef, Namespace, Priority, TopicRef
-from emq.naming import RedisKeys, ZkPaths, escape, hash_tag
+from emq.core.errors import ConfigError, InvalidInput
+from emq.core.model import GroupRef, Namespace, Priority, TopicRef
+from emq.core.naming import RedisKeys, ZkPaths, escape, hash_tag
 
 KEYS = RedisKeys("emq")
 

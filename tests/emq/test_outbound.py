@@ -1,4 +1,4 @@
-"""What the API accepts, the worker can send: emq.outbound, Job.parse and aiohttp's own checks.
+"""What the API accepts, the worker can send: emq.core.outbound, Job.parse and aiohttp's own checks.
 
 The property tests generate hostile URLs and headers and assert that whatever ``Job.parse``
 accepts passes the worker's URL preparation and aiohttp's header serialisation (both the C and
@@ -13,9 +13,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from multidict import CIMultiDict
 
-from emq.errors import InvalidInput
-from emq.model import Job
-from emq.outbound import push_url
+from emq.core.errors import InvalidInput
+from emq.core.model import Job
+from emq.core.outbound import push_url
 
 POISON_URLS = [
     "http://xn--zz/",  # IDNA decoding fails

@@ -5,9 +5,9 @@ from pathlib import Path
 
 import pytest
 
-from emq.errors import ConfigError
-from emq.model import Namespace
-from emq.settings import Settings, load, read_toml, unknown_env
+from emq.core.errors import ConfigError
+from emq.core.model import Namespace
+from emq.core.settings import Settings, load, read_toml, unknown_env
 
 
 def test_defaults_point_at_the_local_stack() -> None:

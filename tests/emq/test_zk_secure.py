@@ -22,10 +22,10 @@ from kazoo.exceptions import NoAuthError
 from kazoo.security import OPEN_ACL_UNSAFE, make_digest_acl
 
 from emq.compose import open_config
-from emq.errors import BackendUnavailable
-from emq.model import Namespace, Tenant, Topic, TopicRef
-from emq.naming import ZkPaths
-from emq.settings import Settings, load
+from emq.core.errors import BackendUnavailable
+from emq.core.model import Namespace, Tenant, Topic, TopicRef
+from emq.core.naming import ZkPaths
+from emq.core.settings import Settings, load
 
 AUTH = "emq:s3cret-pw"
 NEW_AUTH = "emq2:an0ther-pw"

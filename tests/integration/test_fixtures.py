@@ -5,8 +5,8 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 from kazoo.client import KazooClient
 
-from emq.naming import RedisKeys
-from emq.settings import Settings
+from emq.core.naming import RedisKeys
+from emq.core.settings import Settings
 from emq.stack import Service
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from pyspark.sql import SparkSession
 
-from emq.interfaces import HistoryRow
+from emq.core.interfaces import HistoryRow
 from spark.history import write_marker, write_rows
 from spark.planning import PlanOptions
 from spark.run import run

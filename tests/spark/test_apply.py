@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from emq.cli import main
+from emq.cli.main import main
 from emq.client import Client
 from tests.api.conftest import Api, api  # noqa: F401  (the fixture)
 

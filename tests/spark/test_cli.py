@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from pyspark.sql import SparkSession
 
-from emq.cli import main
+from emq.cli.main import main
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -10,10 +10,10 @@ from pathlib import Path
 import pyarrow.parquet as pq
 import pytest
 
-from emq.cli import main
+from emq.cli.main import main
 from emq.compose import open_history
-from emq.interfaces import HistoryRow
-from emq.settings import Settings
+from emq.core.interfaces import HistoryRow
+from emq.core.settings import Settings
 from spark.history import MARKER
 from tests.spark.conftest import MONDAY
 

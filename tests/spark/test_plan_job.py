@@ -12,7 +12,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from capacity import split_quota
-from emq.interfaces import HistoryRow
+from emq.core.interfaces import HistoryRow
 from tests.spark.conftest import DAY, MONDAY, plan, rows_for, write_history
 
 WEEK = 7 * DAY // 60  # one week of 1-minute intervals
@@ -186,7 +186,7 @@ def test_intervals_without_rows_count_as_zero(spark: SparkSession, tmp_path: Pat
 def test_an_empty_or_missing_history_is_one_clear_error(
     spark: SparkSession, tmp_path: Path
 ) -> None:
-    from emq.errors import InvalidInput
+    from emq.core.errors import InvalidInput
 
     with pytest.raises(InvalidInput, match="does not exist"):
         plan(spark, tmp_path / "nowhere", tmp_path / "plan")

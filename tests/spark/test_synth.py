@@ -10,7 +10,7 @@ import pytest
 from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 from spark.history import read_history, read_marker
 from spark.synth import SynthOptions, history_frame, synthesize
 from tests.spark.conftest import MONDAY, plan

@@ -4,7 +4,7 @@
   arrival time, headers, body) and can answer per topic with a status, a ``Retry-After``, a
   delay or a hang.
 * :class:`Stack` creates topics in the real config store and enqueues through the real
-  :class:`~emq.enqueue.Enqueuer`, exactly as the API does.
+  :class:`~emq.api.enqueue.Enqueuer`, exactly as the API does.
 * :func:`worker_process` runs ``emq worker --standalone`` (or, with ``standalone=False``, a
   fleet member) as a subprocess (so it can be killed with SIGKILL and so its CPU is its own).
 """
@@ -28,11 +28,11 @@ import pytest
 from aiohttp import web
 
 from capacity import group_count
+from emq.api.enqueue import Enqueuer
 from emq.compose import open_config, open_queues
-from emq.enqueue import Enqueuer
-from emq.interfaces import ConfigStore, QueueBackend
-from emq.model import Namespace, RetryPolicy, Tenant, Topic, TopicRef
-from emq.settings import Settings
+from emq.core.interfaces import ConfigStore, QueueBackend
+from emq.core.model import Namespace, RetryPolicy, Tenant, Topic, TopicRef
+from emq.core.settings import Settings
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 

@@ -9,9 +9,9 @@ from collections.abc import Callable
 
 from adapters.memory_config import MemoryConfigStore
 from adapters.memory_queue import MemoryQueueBackend
-from emq.enqueue import Enqueuer
-from emq.interfaces import Pusher, PushRequest, PushResult
-from emq.model import GroupRef, Namespace, Tenant, Topic, TopicRef
+from emq.api.enqueue import Enqueuer
+from emq.core.interfaces import Pusher, PushRequest, PushResult
+from emq.core.model import GroupRef, Namespace, Tenant, Topic, TopicRef
 from tests.worker.conftest import fast_retry
 from worker.runtime import Worker
 from worker.settings import WorkerSettings

@@ -8,8 +8,8 @@ import asyncio
 from collections.abc import Mapping
 
 from adapters.memory_queue import MemoryQueueBackend
-from emq.interfaces import Entry, Offset, PutItem
-from emq.model import Namespace, Priority, QueueRef, Topic, TopicRef
+from emq.core.interfaces import Entry, Offset, PutItem
+from emq.core.model import Namespace, Priority, QueueRef, Topic, TopicRef
 from worker.fetch import HIGH_FLOOR, Fetcher
 from worker.groups import GroupState, TopicState
 from worker.settings import WorkerSettings

@@ -13,7 +13,7 @@ import socket
 import time
 from typing import Any
 
-from emq.interfaces import PushRequest
+from emq.core.interfaces import PushRequest
 from tests.worker.conftest import Sink, Stack, full_seconds
 from worker.push import PushExecutor
 from worker.settings import WorkerSettings

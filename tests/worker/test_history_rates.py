@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from adapters.redis_history import MemoryHistoryStore
-from emq.model import Namespace, Topic, TopicRef
+from emq.core.model import Namespace, Topic, TopicRef
 from worker.groups import TopicState
 from worker.history import HistoryRecorder
 from worker.metrics import WorkerMetrics

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from emq.enqueue import jump_hash
+from emq.api.enqueue import jump_hash
 from tests.worker.conftest import Sink, Stack, fast_retry
 
 

@@ -7,8 +7,8 @@ import time
 
 import orjson
 
-from emq.interfaces import Offset
-from emq.model import Namespace, Topic, TopicRef
+from emq.core.interfaces import Offset
+from emq.core.model import Namespace, Topic, TopicRef
 from worker.dispatch import PARKED_MIN, Dispatcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.keys import KeyLines

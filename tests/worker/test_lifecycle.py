@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from emq.model import Namespace, Topic, TopicRef
+from emq.core.model import Namespace, Topic, TopicRef
 from worker.groups import GroupState, IllegalTransition, Lifecycle, TopicState
 
 L = Lifecycle

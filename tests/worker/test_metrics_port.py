@@ -12,8 +12,8 @@ from typing import Any
 import aiohttp
 
 from allocator.view import ZkFleetView
-from emq.model import Namespace
-from emq.settings import Settings
+from emq.core.model import Namespace
+from emq.core.settings import Settings
 from tests.worker.conftest import Stack, stack
 
 __all__ = ["stack"]

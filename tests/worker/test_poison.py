@@ -14,9 +14,9 @@ from typing import Any
 
 from adapters.memory_config import MemoryConfigStore
 from adapters.memory_queue import MemoryQueueBackend
-from emq.enqueue import Enqueuer
-from emq.interfaces import Pusher, PushRequest, PushResult, PutItem
-from emq.model import (
+from emq.api.enqueue import Enqueuer
+from emq.core.interfaces import Pusher, PushRequest, PushResult, PutItem
+from emq.core.model import (
     Envelope,
     GroupRef,
     Job,

@@ -3,7 +3,7 @@ from __future__ import annotations
 from hypothesis import given
 from hypothesis import strategies as st
 
-from emq.interfaces import ZERO_OFFSET, Offset
+from emq.core.interfaces import ZERO_OFFSET, Offset
 from worker.progress import Progress
 
 

@@ -17,8 +17,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
-from emq.errors import DestinationRefused, Undeliverable
-from emq.interfaces import PushRequest
+from emq.core.errors import DestinationRefused, Undeliverable
+from emq.core.interfaces import PushRequest
 from worker.push import PushExecutor, parse_retry_after
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers

@@ -21,7 +21,7 @@ import pytest
 from aiohttp.test_utils import TestClient
 
 from emq.compose import open_queues
-from emq.settings import Settings
+from emq.core.settings import Settings
 from emq.stack import free_port
 from tests.api.conftest import serve
 from tests.conftest import RestartableRedis

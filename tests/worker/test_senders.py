@@ -7,7 +7,7 @@ import subprocess
 import sys
 import time
 
-from emq.model import Namespace, Topic, TopicRef
+from emq.core.model import Namespace, Topic, TopicRef
 from worker.dispatch import Handoff
 from worker.groups import Buffered, GroupState, TopicState
 from worker.senders import SenderPool
@@ -92,9 +92,7 @@ async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_j
 async def test_a_known_slow_topic_detaches_when_taken_and_the_pool_stops_at_most() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(2)
     pushes = Pushes()
-    pool = SenderPool(
-        sends, pushes.push, pushes.raised, size=2, most=5, stuck_s=0.5, timeout_s=10
-    )
+    pool = SenderPool(sends, pushes.push, pushes.raised, size=2, most=5, stuck_s=0.5, timeout_s=10)
     run = asyncio.create_task(pool.run())
     slow = group("slow")
     slow.topic.slow_at = time.monotonic()

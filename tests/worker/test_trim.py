@@ -15,8 +15,8 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
-from emq.model import GroupRef, Priority, TopicRef
-from emq.naming import RedisKeys
+from emq.core.model import GroupRef, Priority, TopicRef
+from emq.core.naming import RedisKeys
 from tests.worker.conftest import Sink, Stack, fast_retry
 
 TRIM_ENV = {"EMQ_WORKER_TRIM_INTERVAL_S": "1"}

@@ -13,7 +13,7 @@ from typing import Any
 
 from standardwebhooks import Webhook
 
-from emq.model import GroupRef
+from emq.core.model import GroupRef
 from tests.worker.conftest import SECRET, Sink, Stack, fast_retry, full_seconds
 
 

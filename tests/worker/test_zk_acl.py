@@ -15,11 +15,11 @@ from kazoo.client import KazooClient
 from kazoo.exceptions import NoAuthError
 from kazoo.security import make_digest_acl
 
+from emq.api.enqueue import Enqueuer
 from emq.compose import open_config, open_fleet_view, open_queues
-from emq.enqueue import Enqueuer
-from emq.model import Namespace, Tenant
-from emq.naming import ZkPaths
-from emq.settings import Settings
+from emq.core.model import Namespace, Tenant
+from emq.core.naming import ZkPaths
+from emq.core.settings import Settings
 from tests.worker.conftest import Sink, Stack
 
 AUTH = "emq:s3cret-pw"

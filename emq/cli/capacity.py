@@ -26,9 +26,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 import uvloop
 
 from emq.client import Client, describe
-from emq.errors import EmqError, InvalidInput, NotFound
-from emq.model import Namespace
-from emq.settings import Settings
+from emq.core.errors import EmqError, InvalidInput, NotFound
+from emq.core.model import Namespace
+from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from emq.errors import BackendUnavailable, ConfigError
-from emq.settings import Durability, Settings
+from emq.core.errors import BackendUnavailable, ConfigError
+from emq.core.settings import Durability, Settings
 
-DEPLOY_DIR = Path(__file__).resolve().parent.parent / "deploy"
+DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
 NOT_RUNNING = 3  # the scripts' "stopped" status, as in LSB init scripts
 
 

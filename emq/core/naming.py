@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from emq.errors import ConfigError, InvalidInput
-from emq.model import GroupRef, Namespace, QueueRef, TopicRef
+from emq.core.errors import ConfigError, InvalidInput
+from emq.core.model import GroupRef, Namespace, QueueRef, TopicRef
 
 _ESCAPES = str.maketrans({"%": "%25", "{": "%7B", "}": "%7D", ":": "%3A"})
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_.:-]{1,64}$")

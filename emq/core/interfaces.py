@@ -9,7 +9,7 @@
 * :class:`Pusher` — delivers one HTTP request (``worker``: the aiohttp push executor).
 * :class:`FleetView` — the fleet's members and assignment, for operators (``allocator``).
 
-Callers depend on these only; the composition root (``emq.cli`` / ``emq.compose``) picks the
+Callers depend on these only; the composition root (``emq.cli.main`` / ``emq.compose``) picks the
 concrete classes. Every resource is an async context manager with ``aclose()``.
 """
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import NamedTuple, Self
 
-from emq.model import (
+from emq.core.model import (
     DLQ_DEFAULTS,
     DlqRetention,
     GroupRef,
@@ -191,9 +191,9 @@ class QueueBackend(AsyncResource):
     Besides the three logs, each group has a delayed set (jobs not yet due), a dead-letter log,
     per-queue checkpoints and an owner epoch. Writes made on behalf of the group's owner
     (checkpoints, trims, dead letters) carry the owner's epoch and are refused with
-    :class:`~emq.errors.Fenced` when a newer owner has claimed the group.
+    :class:`~emq.core.errors.Fenced` when a newer owner has claimed the group.
 
-    Errors: :class:`~emq.errors.BackendUnavailable` when the store cannot be reached.
+    Errors: :class:`~emq.core.errors.BackendUnavailable` when the store cannot be reached.
     """
 
     health: BackendHealth = BackendHealth()  # replaced per instance by backends that track it
@@ -269,7 +269,7 @@ class QueueBackend(AsyncResource):
     async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
         """Commit ``offset`` for the owner holding ``epoch``.
 
-        Raises :class:`~emq.errors.Fenced` if the group's current epoch is newer than ``epoch``
+        Raises :class:`~emq.core.errors.Fenced` if the group's current epoch is newer than ``epoch``
         (a former owner must not move the offset). An offset below the committed one is ignored:
         checkpoints never move backwards.
         """
@@ -359,11 +359,11 @@ class ConfigStore(AsyncResource):
 
     @abc.abstractmethod
     async def create_tenant(self, tenant: Tenant) -> None:
-        """Store a new tenant; :class:`~emq.errors.AlreadyExists` if the name is taken."""
+        """Store a new tenant; :class:`~emq.core.errors.AlreadyExists` if the name is taken."""
 
     @abc.abstractmethod
     async def get_tenant(self, name: str) -> Tenant:
-        """One tenant; :class:`~emq.errors.NotFound` if there is none by that name."""
+        """One tenant; :class:`~emq.core.errors.NotFound` if there is none by that name."""
 
     @abc.abstractmethod
     async def list_tenants(self) -> list[Tenant]:

@@ -21,11 +21,11 @@ from kazoo.exceptions import NoAuthError, NoNodeError  # type: ignore[import-unt
 from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
 from emq.compose import zk_acl, zk_client_factory
-from emq.errors import EmqError
-from emq.settings import Settings
+from emq.core.errors import EmqError
+from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    from emq.commands import Subparsers
+    from emq.cli.commands import Subparsers
 
 
 def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:

@@ -20,13 +20,13 @@ from urllib.parse import urlsplit
 from allocator.settings import FleetSettings
 from emq import __version__
 from emq.api.app import ApiSettings
-from emq.capacity_commands import add_commands as add_capacity_commands
-from emq.commands import add_commands
-from emq.errors import EmqError
-from emq.fleet_commands import add_fleet_commands
-from emq.settings import Settings, load, read_toml, unknown_env
+from emq.cli.capacity import add_commands as add_capacity_commands
+from emq.cli.commands import add_commands
+from emq.cli.fleet import add_fleet_commands
+from emq.cli.zk import add_zk_commands
+from emq.core.errors import EmqError
+from emq.core.settings import Settings, load, read_toml, unknown_env
 from emq.stack import Service, local_stack
-from emq.zk_commands import add_zk_commands
 from worker.settings import WorkerSettings
 
 EXIT_ERROR = 1
@@ -122,7 +122,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
     from emq.compose import open_config, open_fleet, open_history, open_queues
-    from emq.interfaces import AssignmentSource
+    from emq.core.interfaces import AssignmentSource
     from worker.main import default_worker_id, run_worker
     from worker.standalone import StandaloneAssignment
 
@@ -203,7 +203,7 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         print(json.dumps(doc, indent=2) if args.json else doc["markdown"])
         return 0
     if args.name == "plan":
-        from emq.capacity_commands import cmd_bench_plan
+        from emq.cli.capacity import cmd_bench_plan
 
         return cmd_bench_plan(args, settings)
     if args.name == "dispatch":

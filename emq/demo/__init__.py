@@ -32,8 +32,8 @@ from typing import Any
 from aiohttp import web
 
 from emq.client import Client
-from emq.errors import BackendUnavailable, EmqError
-from emq.settings import Settings
+from emq.core.errors import BackendUnavailable, EmqError
+from emq.core.settings import Settings
 from emq.stack import free_port, local_stack
 
 WINDOW_S = 5  # delivered/s is averaged over the last few full seconds

@@ -4,7 +4,7 @@ Each package that needs configuration declares its own frozen dataclass (``Setti
 what every process shares; the worker and the API add theirs). :func:`load` fills any of them
 from, in increasing precedence, the defaults, a TOML table and ``EMQ_*`` environment variables.
 Parsing is strict: a malformed value, an unknown TOML key or an unknown ``EMQ_*`` variable is a
-:class:`~emq.errors.ConfigError` whose one-line message names the variable or key.
+:class:`~emq.core.errors.ConfigError` whose one-line message names the variable or key.
 
 Only entry points call :func:`load`; objects receive their settings through the constructor.
 """
@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from emq.errors import ConfigError
-from emq.model import Namespace
+from emq.core.errors import ConfigError
+from emq.core.model import Namespace
 
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 ENV_PREFIX = "EMQ_"

@@ -1,7 +1,7 @@
 """The Python client of the EMQ HTTP API, for tenants and operators.
 
 :class:`Client` has one method per route and returns the API's JSON as plain dicts. Every error
-response becomes the matching :mod:`emq.errors` class (one table, :data:`ERRORS`), so callers
+response becomes the matching :mod:`emq.core.errors` class (one table, :data:`ERRORS`), so callers
 catch ``NotFound`` or ``BacklogFull`` whether they run next to the API or across the network.
 
 :class:`Producer` batches under the hood: ``await producer.send(job)`` costs one small append;
@@ -39,7 +39,7 @@ from urllib.parse import quote
 
 import aiohttp
 
-from emq import errors
+from emq.core import errors
 
 MAX_BATCH_JOBS = 1000  # the API's default limit of jobs per request
 JSON_TYPE = "application/json"
@@ -128,9 +128,9 @@ def describe(error: BaseException) -> str:
 class Backoff:
     """When to send an enqueue again, within a deadline of ``retry_for_s`` from the first try.
 
-    Retried: :class:`~emq.errors.BackendUnavailable` (a 503, or no answer: refused, reset,
+    Retried: :class:`~emq.core.errors.BackendUnavailable` (a 503, or no answer: refused, reset,
     timed out), after ``FIRST_RETRY_S * 2**n`` capped at ``MAX_RETRY_S`` with full jitter (so
-    many clients cut off together do not return together), and :class:`~emq.errors.BacklogFull`
+    many clients cut off together do not return together), and :class:`~emq.core.errors.BacklogFull`
     after its Retry-After. Anything else is final (a 4xx will not change by itself).
     """
 

@@ -19,9 +19,18 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from emq.errors import BacklogFull, InvalidInput
-from emq.interfaces import ConfigStore, PutItem, QueueBackend
-from emq.model import PRIORITIES, Envelope, GroupRef, Job, JobLimits, Topic, TopicRef, new_job_id
+from emq.core.errors import BacklogFull, InvalidInput
+from emq.core.interfaces import ConfigStore, PutItem, QueueBackend
+from emq.core.model import (
+    PRIORITIES,
+    Envelope,
+    GroupRef,
+    Job,
+    JobLimits,
+    Topic,
+    TopicRef,
+    new_job_id,
+)
 
 
 @dataclass(frozen=True, slots=True)

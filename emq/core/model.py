@@ -1,8 +1,8 @@
 """The core model: namespaces, tenants, topics, groups, physical queues, priorities and jobs.
 
 Everything here is plain data with validation. Parsing user input goes through the
-``parse`` class methods, which raise :class:`~emq.errors.InvalidInput` naming the offending field
-(``url``, ``headers.X-Trace``, ``retry.max_attempts``) so the API and the CLI can report it
+``parse`` class methods, which raise :class:`~emq.core.errors.InvalidInput` naming the offending
+field (``url``, ``headers.X-Trace``, ``retry.max_attempts``) so the API and the CLI can report it
 precisely. Nothing here does I/O or imports another EMQ package.
 """
 
@@ -18,8 +18,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
-from emq.errors import InvalidInput, PayloadTooLarge
-from emq.outbound import check_header, check_text, push_url, utf8
+from emq.core.errors import InvalidInput, PayloadTooLarge
+from emq.core.outbound import check_header, check_text, push_url, utf8
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 

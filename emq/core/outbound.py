@@ -2,12 +2,12 @@
 
 A job accepted with 202 must be one the worker can put on the wire: if the API let through a URL
 whose host fails IDNA encoding or a header value with a control character, the worker's HTTP
-client would raise on every attempt. So the enqueue validation (:mod:`emq.model`) and the
+client would raise on every attempt. So the enqueue validation (:mod:`emq.core.model`) and the
 worker's request preparation (:mod:`worker.push`) call the same functions here; a job that
 passes at enqueue does not fail them in the worker. Jobs that bypass the API (written straight
 into a queue) fail them in the worker instead and are dead-lettered with the reason.
 
-Everything raises :class:`~emq.errors.InvalidInput` naming the field. The URL is parsed with
+Everything raises :class:`~emq.core.errors.InvalidInput` naming the field. The URL is parsed with
 ``yarl`` exactly as aiohttp parses it when it sends (``URL(text, encoded=False)``; yarl encodes
 non-ASCII hosts with the ``idna`` package, UTS #46).
 """
@@ -21,7 +21,7 @@ import unicodedata
 
 from yarl import URL
 
-from emq.errors import InvalidInput
+from emq.core.errors import InvalidInput
 
 # C0 controls, space, DEL and C1 controls: never literal in a URL (RFC 3986), and the classic
 # request-smuggling characters.

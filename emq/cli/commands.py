@@ -22,9 +22,9 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 import uvloop
 
 from emq.client import Client, describe
-from emq.errors import EmqError, InvalidInput
-from emq.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Job, Namespace, Priority, PriorityMode
-from emq.settings import Settings
+from emq.core.errors import EmqError, InvalidInput
+from emq.core.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Job, Namespace, Priority, PriorityMode
+from emq.core.settings import Settings
 
 _T = TypeVar("_T")
 if TYPE_CHECKING:  # argparse has no public name for it, and it is generic only in typeshed

@@ -1,0 +1,1 @@
+"""The ``emq`` command line (``emq.cli.main``), one module per command group."""
