@@ -89,6 +89,20 @@ class QpsCounter:
         now = self._advance(now)
         return max(0, min(math.floor(self._tokens + EPSILON), self._log_room(now)))
 
+    def wait_s(self, now: float) -> float:
+        """Seconds from ``now`` until :meth:`reserve` can grant one (0: now). The dispatcher
+        comes back exactly then: looking again a tick later would delay every grant of a
+        backlogged group by part of a tick, and the log chains those delays (a grant waits for
+        the one ``qps`` grants before it), so the sustained rate would fall by the mean delay
+        per window."""
+        now = self._advance(now)
+        token_wait = max(0.0, (1.0 - self._tokens - EPSILON) / self.qps) if self.qps > 0 else 1.0
+        log = self._log
+        log_wait = 0.0
+        if self._log_room(now) <= 0 and log:
+            log_wait = max(0.0, log[0] + self.window_s - now)
+        return max(token_wait, log_wait)
+
     def reserve(self, want: int, now: float) -> int:
         """Take up to ``want`` from the budget; returns how many were granted."""
         if want <= 0:

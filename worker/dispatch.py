@@ -41,6 +41,12 @@ IDLE_WAIT_S = 0.1  # with nothing to dispatch, the loop still runs this often
 # second or more, and 100 such groups looked at every tick cost 5% of a core for nothing.
 SLOW_FULL_WAIT_S = 0.05
 SLOW_SEEN_S = 1.0
+# A quota-limited group is looked at again when its counter can grant (QpsCounter.wait_s), but
+# not sooner than this: the loop's own turn costs about as much.
+MIN_WAIT_S = 0.0005
+# The loop sleeps at least this long between dispatches (many groups due at scattered times
+# would otherwise wake it thousands of times a second).
+MIN_PAUSE_S = 0.001
 # Keyed jobs parked behind their key's job in flight, per group, before the dispatcher leaves
 # the next one in its buffer instead (and so stops the fetcher too): the larger of this and 2 s
 # of the group's quota.
@@ -67,8 +73,14 @@ class Dispatcher:
 
     async def pause(self) -> None:
         """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
-        if self._heap:
-            await asyncio.sleep(self._tick_s)
+        heap = self._heap
+        if heap:
+            # Until the first waiting group is due, at most a tick: a group due inside the tick
+            # is served on time (its quota's pace), one due already (the senders were full)
+            # waits a whole tick (no spinning while the pool drains).
+            due_in = heap[0][0] - time.monotonic()
+            pause = min(self._tick_s, max(MIN_PAUSE_S, due_in)) if due_in > 0 else self._tick_s
+            await asyncio.sleep(pause)
             return
         self._woken.clear()
         try:
@@ -108,8 +120,9 @@ class Dispatcher:
             return SLOW_FULL_WAIT_S  # endpoint full, and its pushes run long
         if want == 0 or granted == want:
             return self._tick_s  # endpoint full, senders full, or all sent: look again next tick
-        # Quota-limited: come back when the next token has accrued.
-        return max(self._tick_s, 1.0 / max(1, group.counter.qps))
+        # Quota-limited: come back exactly when the counter can grant again (the next token,
+        # or the oldest grant of the sliding log leaving the window); see QpsCounter.wait_s.
+        return max(MIN_WAIT_S, group.counter.wait_s(wall))
 
     def _take(self, group: GroupState, budget: int, wall: float, mono: float) -> int:
         buffers = group.buffers

@@ -171,3 +171,34 @@ def test_moved_grants_keep_every_window_within_the_quota(
                 grants.append(t)
         grants.sort()
     assert _max_window(grants) <= qps
+
+
+def test_wait_s_is_the_time_until_the_next_grant() -> None:
+    counter = QpsCounter(10, burst_s=0.0, window_s=1.005)  # one token at a time
+    assert counter.wait_s(100.0) == 0.0
+    assert counter.reserve(5, 100.0) == 1
+    assert math.isclose(counter.wait_s(100.0), 0.1, abs_tol=1e-6)  # the next token
+    assert math.isclose(counter.wait_s(100.04), 0.06, abs_tol=1e-6)
+    assert counter.reserve(1, 100.04) == 0  # (it was right: nothing yet)
+
+
+def test_wait_s_waits_for_the_oldest_grant_to_leave_the_sliding_log() -> None:
+    counter = QpsCounter(3, burst_s=1.0, window_s=1.005)  # the bucket allows the whole quota
+    assert counter.reserve(3, 100.0) == 3
+    # Tokens are back by 101.0, the log frees a grant only at 101.005.
+    assert math.isclose(counter.wait_s(101.0), 0.005, abs_tol=1e-6)
+    assert counter.reserve(1, 101.0) == 0
+    assert counter.reserve(1, 101.0 + counter.wait_s(101.0)) == 1
+
+
+def test_a_group_served_when_wait_s_says_keeps_the_full_rate() -> None:
+    # A backlogged group looked at exactly when its counter can grant (the dispatcher's
+    # schedule) sends qps per window_s: nothing is lost between the grants.
+    counter = QpsCounter(150, window_s=1.005)
+    t, sends = 1_700_000_000.0, 0
+    end = t + 20.0
+    while t < end:
+        sends += counter.reserve(10_000, t)
+        t += max(0.0005, counter.wait_s(t))
+    assert sends >= 150 * 20 / 1.005 - 2
+    assert sends <= 150 * 20 / 1.005 + counter.burst + 1
