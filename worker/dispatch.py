@@ -133,11 +133,11 @@ class Dispatcher:
         else:
             plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
         taken = 0
-        for buffer, n in zip(buffers, plan, strict=True):
+        for rank, (buffer, n) in enumerate(zip(buffers, plan, strict=True)):
             while n and buffer:
                 item = buffer.popleft()
                 key = item.read_key()
-                if key is not None and not self._admit(group, key, item):
+                if key is not None and not self._admit(group, key, item, rank):
                     if item.key is None:  # held: the rest of this buffer waits
                         buffer.appendleft(item)
                         break
@@ -165,7 +165,7 @@ class Dispatcher:
             self.wake(group, time.monotonic())
 
     @staticmethod
-    def _admit(group: GroupState, key: str, item: Buffered) -> bool:
+    def _admit(group: GroupState, key: str, item: Buffered, rank: int) -> bool:
         """May a keyed job go now (see worker.keys)? One that may not is parked (it blocks
         neither other keys nor other groups), or, with PARKED_MIN jobs and 2 s of the group's
         quota parked already, *held*: left at the head of its buffer (its ``key`` cleared to
@@ -174,7 +174,7 @@ class Dispatcher:
         if lines is None:
             lines = group.keys = KeyLines()
         park = lines.parked < max(PARKED_MIN, 2 * group.counter.qps)
-        verdict = lines.admit(key, item, park=park)
+        verdict = lines.admit(key, item, rank, park=park)
         if verdict is None:
             item.key = None
             return False

@@ -5,7 +5,9 @@ per queue. The dispatcher asks :meth:`KeyLines.admit` for every keyed job it tak
 buffer; a job whose key has one in flight is *parked* behind it (taken out of the buffer, so
 it blocks neither other keys nor other groups, and no tick scans it again). When the push of
 the job in flight ends (:meth:`KeyLines.done`, from the sender), the first parked job of its
-key becomes the key's *next*: it goes back to the front of its buffer, and only it may be
+key *of the highest priority parked* becomes the key's *next* (order is per priority: a high
+job of a key parked behind the key's lows goes before them, as it would have from the
+buffers): it goes back to the front of its buffer, and only it may be
 admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
 keyed job has no :class:`KeyLines` at all.
 
@@ -38,8 +40,16 @@ class _Line:
     __slots__ = ("next", "parked")
 
     def __init__(self) -> None:
-        self.parked: deque[object] = deque()
+        # Parked jobs per priority rank (0 high, 1 medium, 2 low), each in parking order; a
+        # rank's deque is made by its first parked job.
+        self.parked: list[deque[object] | None] = [None, None, None]
         self.next: object | None = None  # the job allowed to go next (back in its buffer)
+
+    def pop(self) -> object | None:
+        for jobs in self.parked:
+            if jobs:
+                return jobs.popleft()
+        return None
 
 
 class KeyLines:
@@ -54,9 +64,10 @@ class KeyLines:
     def __len__(self) -> int:
         return len(self._lines)
 
-    def admit(self, key: str, job: object, *, park: bool = True) -> bool | None:
-        """May ``job`` go now? If not, it is parked behind its key's job in flight (False), or,
-        with ``park`` false, left where it is (None)."""
+    def admit(self, key: str, job: object, rank: int = 1, *, park: bool = True) -> bool | None:
+        """May ``job`` (of priority ``rank``: 0 high, 1 medium, 2 low) go now? If not, it is
+        parked behind its key's job in flight (False), or, with ``park`` false, left where it
+        is (None)."""
         line = self._lines.get(key)
         if line is None:
             self._lines[key] = _Line()
@@ -66,7 +77,10 @@ class KeyLines:
             return True
         if not park:
             return None
-        line.parked.append(job)
+        jobs = line.parked[rank]
+        if jobs is None:
+            jobs = line.parked[rank] = deque()
+        jobs.append(job)
         self.parked += 1
         return False
 
@@ -76,10 +90,10 @@ class KeyLines:
         line = self._lines.get(key)
         if line is None:
             return None
-        if not line.parked:
+        job = line.next = line.pop()
+        if job is None:
             del self._lines[key]
             return None
-        job = line.next = line.parked.popleft()
         self.parked -= 1
         return job
 

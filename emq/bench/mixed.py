@@ -46,6 +46,11 @@ MISBEHAVING = frozenset({"flood", "fail", "busy", "hang", "slow"})
 PRIORITIES = ("high", "medium", "low")
 STEADY_MIN_JOBS = 100  # fewer and one job more or less moves the sustained rate by >1 %
 SLOW_MS = 300  # how long a slow endpoint takes to answer
+# A key carries one request at a time (order per key), so a keyed topic's rate is at most its
+# keys / the round trip: a topic gets at least a key per 20 ms of its quota, or its backlog
+# could not drain at the quota however fast the worker is (3 keys at 1000 QPS would need a
+# 3 ms round trip).
+KEY_ROUND_TRIP_S = 0.02
 WORKER_ENV = {"EMQ_WORKER_REQUEST_TIMEOUT_S": "1"}  # hanging jobs reach the DLQ in seconds
 
 
@@ -97,15 +102,18 @@ def _topic(rng: random.Random, name: str, kind: str, duration_s: float, max_qps:
         "flood": math.ceil(span_qps * duration_s * 0.8),
         "hang": min(20, qps * 2),
     }.get(kind, min(2000, math.ceil(qps * duration_s / 3)))
+    high, low = rng.choice((0.0, 0.05, 0.2)), rng.choice((0.3, 0.6))
+    keyed, keys = rng.choice((0.0, 0.3, 1.0)), rng.choice((3, 20, 200))
+    keys = max(keys, math.ceil(max(qps, new_qps or 0) * KEY_ROUND_TRIP_S))
     return TopicSpec(
         name=name,
         kind=kind,
         qps=qps,
         jobs=max(1, jobs),
-        high=rng.choice((0.0, 0.05, 0.2)),
-        low=rng.choice((0.3, 0.6)),
-        keyed=rng.choice((0.0, 0.3, 1.0)),
-        keys=rng.choice((3, 20, 200)),
+        high=high,
+        low=low,
+        keyed=keyed,
+        keys=keys,
         delayed=rng.choice((0.0, 0.05)),
         fails=rng.randint(1, 2) if kind in ("fail", "busy") else 0,
         new_qps=new_qps,
@@ -248,16 +256,25 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
                 await run.enqueue(t, t.jobs)
         await _timeline(run)
         waited = await rig.wait_delivered(set(rig.accepted), spec.duration_s * 2 + 30, dead=True)
+    log, dead = await rig.deliveries(), await rig.dead_ids()
+    if not promises.lost(rig.accepted, log, dead):
+        stored: set[str] = set()
+    else:  # the wait ended first: what is still in the queues is waiting, not lost
+        for proc in rig.procs:
+            if proc.name.startswith("w") and proc.alive:
+                proc.stop()  # (checkpoints: what it delivered is not counted as stored)
+        log, dead, stored = await rig.deliveries(), await rig.dead_ids(), await rig.stored_ids()
     result = promises.check(
-        await rig.deliveries(),
+        log,
         rig.accepted,
-        await rig.dead_ids(),
+        dead,
         rig.quotas,
         faults=run.faults,
         changes=run.changes,
         steady=[] if run.faults else _steady(spec),
         misbehaving=[t.name for t in spec.topics if t.kind in MISBEHAVING],
         answer_s={t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
+        stored=stored,
     )
     return {
         "seed": spec.seed,

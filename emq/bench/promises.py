@@ -444,9 +444,12 @@ def check(
     steady: Sequence[str] = (),
     misbehaving: Sequence[str] = (),
     answer_s: Mapping[str, float] | None = None,
+    stored: Iterable[str] = (),
 ) -> dict[str, Any]:
-    """Every figure: loss, duplicates (and those before any of the ``faults``), per-topic quota
-    figures (``quotas`` as first set, ``changes`` per topic), priority and key order, and:
+    """Every figure: loss (``stored``: ids still stored and waiting when the run ended, not
+    lost; counted apart as ``still_stored``), duplicates (and those before any of the
+    ``faults``), per-topic quota figures (``quotas`` as first set, ``changes`` per topic),
+    priority and key order, and:
 
     * ``steady``: topics whose jobs carry their enqueue time and whose endpoints answer 2xx:
       their least :func:`backlogged_rate` (``sustained_min_ratio``);
@@ -458,6 +461,8 @@ def check(
     """
     accepted = set(accepted)
     missing = lost(accepted, log, dead)
+    waiting = missing & set(stored)
+    missing -= waiting
     times = by_topic(log)
     changes = changes or {}
     topics = {
@@ -484,6 +489,7 @@ def check(
         "delivered": len(delivered_ids(log) & accepted),
         "lost": len(missing),
         "lost_sample": sorted(missing)[:5],
+        "still_stored": len(waiting),
         "duplicates": duplicates(log),
         "duplicates_before_fault": unexplained_duplicates(log, faults),
         "faults": len(faults),

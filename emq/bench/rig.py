@@ -43,6 +43,7 @@ from emq.core.model import (
     TopicRef,
     new_job_id,
 )
+from emq.core.naming import RedisKeys
 from emq.core.settings import Settings
 from emq.stack import Service, free_port
 
@@ -283,6 +284,32 @@ class Rig:
                     if len(letters) < 1000:
                         break
                     after = letters[-1].id
+        return out
+
+    async def stored_ids(self) -> set[str]:
+        """The ids of jobs still stored and not done: stream entries after their queue's
+        checkpoint, and the delayed and retry sets. A run whose drain wait ended before every
+        job was delivered (a keyed topic is limited to one request per key in flight, and a
+        starved machine is slow) has these still waiting: not delivered, and not lost either."""
+        import redis.asyncio as aioredis  # (bench only: the rig reads the keys as they are)
+
+        keys = RedisKeys(self.settings.redis_key_prefix)
+        client = aioredis.Redis.from_url(self.settings.redis_url)
+        out: set[str] = set()
+        try:
+            for topic in self._topics.values():
+                for group in topic.group_refs():
+                    for queue in group.queues():
+                        done = await client.hget(keys.checkpoint(queue), "o")
+                        start = "(" + done.decode() if done else "-"
+                        for _, fields in await client.xrange(keys.stream(queue), start, "+"):
+                            out.add(Envelope.decode(fields[b"d"]).id)
+                    for zset in (keys.delayed(group), keys.retries(group)):
+                        for member in await client.zrange(zset, 0, -1):
+                            payload = member if member[:1] == b"{" else member.partition(b"|")[2]
+                            out.add(Envelope.decode(payload).id)
+        finally:
+            await client.aclose()
         return out
 
     # ----------------------------------------------------------------------- the sink

@@ -117,3 +117,11 @@ def test_parse_log_reads_the_sinks_rows_with_group_priority_and_key_from_the_que
     assert a == Delivery(1.5, "msg_1", "a", 200, 2, "high", "user-7")
     assert b == Delivery(1.6, "msg_2", "b", 0) and not b.ok
     assert c.group is None  # not a number: not a group
+
+
+def test_jobs_still_stored_when_the_run_ends_are_waiting_not_lost() -> None:
+    log = [d(1.0, "j1")]
+    out = check(log, {"j1", "j2", "j3"}, set(), {"a": Quota(3)}, stored={"j2", "j1"})
+    # j2 is still in its queue (the drain wait ended first); j3 is nowhere: lost. A stored id
+    # that was delivered too (j1: delivered, its checkpoint not yet written) counts once.
+    assert (out["lost"], out["still_stored"], out["lost_sample"]) == (1, 1, ["j3"])

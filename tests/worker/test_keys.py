@@ -138,6 +138,22 @@ def test_key_lines_states() -> None:
     assert lines.done("k") is None and len(lines) == 0 and lines.parked == 0
 
 
+def test_a_keys_parked_high_goes_before_its_parked_lows() -> None:
+    # Lows of key k parked behind k's job in flight; a high of k fetched later parks behind
+    # them, but leaves first: order per key is per priority, as in the buffers.
+    lines = KeyLines()
+    first, low1, low2, high, medium = (object() for _ in range(5))
+    assert lines.admit("k", first, 2) is True
+    assert [lines.admit("k", j, r) for j, r in ((low1, 2), (low2, 2), (high, 0), (medium, 1))] == [
+        False
+    ] * 4
+    order = []
+    while (nxt := lines.done("k")) is not None:
+        order.append(nxt)
+        assert lines.admit("k", nxt) is True  # (its turn: the rank no longer matters)
+    assert order == [high, medium, low1, low2] and lines.parked == 0 and len(lines) == 0
+
+
 # ------------------------------------------------------------------ Worker._reserve_again
 
 
