@@ -173,7 +173,7 @@ def test_a_job_sent_late_moves_its_grant_to_its_send_time() -> None:
     item.reserved_at = 100.0
     assert Worker._reserve_again(_Worker(), g, item, 100.4)  # type: ignore[arg-type]
     assert item.reserved_at == 100.4
-    # The grant counts at 100.4, where the receiver sees it: a window (1.01 s) on, nine are free.
+    # The grant counts at 100.4, where the receiver sees it: a window (1.015 s) on, nine are free.
     assert g.counter.reserve(10, 101.02) == 9
     assert g.counter.reserve(10, 101.42) == 1
 
