@@ -120,6 +120,16 @@ class Fetcher:
         group.mark_hot()
         self.want(group)
 
+    def pause(self, paused: bool) -> None:
+        """Stop (True) or restart (False) reading from the store; buffered jobs stay.
+
+        Restarting wakes the fetch loop, which sleeps until something is wanted."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        if not paused:
+            self._wakeup.set()
+
     def _maybe_resume(self) -> None:
         """Queue the groups the budget cut once it has room again (below RESUME_AT)."""
         if self._starved and self.budget.used < self.budget.limit * RESUME_AT:

@@ -176,11 +176,7 @@ async def run_worker(
             host = settings.metrics_host
             host = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
             assignment.advertise({"metrics": f"{host}:{port}"})
-        follow = (
-            asyncio.create_task(assignment.run())
-            if assignment_task and hasattr(assignment, "run")
-            else None
-        )
+        follow = asyncio.create_task(assignment.run()) if assignment_task else None
         print(f"emq worker {worker_id} running", flush=True)
         try:
             await worker.run(stop)

@@ -454,9 +454,7 @@ class Worker:
         while it vouches for our ownership (a fleet's lease), i.e. while we may dispatch."""
         fetch = self.assignment.may_fetch()
         if fetch == self.fetcher.paused:
-            self.fetcher.paused = not fetch
-            if fetch:
-                self.fetcher._wakeup.set()  # the fetch loop sleeps until woken
+            self.fetcher.pause(not fetch)
         return self.assignment.may_dispatch()
 
     async def _cleared(self, group: GroupState) -> bool:

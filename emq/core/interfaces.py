@@ -419,6 +419,12 @@ class AssignmentSource(AsyncResource):
     async def release(self, group: GroupRef, epoch: int) -> None:
         """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
 
+    async def run(self) -> None:
+        """Follow the coordinator until cancelled: the worker runs it as a task beside itself.
+
+        A source that has nothing to follow returns at once."""
+        return None
+
     def advertise(self, info: Mapping[str, str]) -> None:
         """Publish ``info`` about this worker (``{"metrics": "host:port"}``) where the fleet's
         members are listed; call before the source runs. Ignored where there is no fleet."""
