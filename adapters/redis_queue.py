@@ -227,9 +227,7 @@ class RedisQueueBackend(QueueBackend):
         self._put = register(lua.PUT)
         self._claim = register(lua.CLAIM)
         self._release_holds = register(lua.RELEASE_HOLDS)
-        self._write_checkpoint = register(lua.WRITE_CHECKPOINT)
         self._write_checkpoints = register(lua.WRITE_CHECKPOINTS)
-        self._trim = register(lua.TRIM)
         self._trim_many = register(lua.TRIM_MANY)
         self._schedule = register(lua.SCHEDULE)
         self._earliest = register(lua.EARLIEST_DUE)
@@ -244,9 +242,7 @@ class RedisQueueBackend(QueueBackend):
             self._put,
             self._claim,
             self._release_holds,
-            self._write_checkpoint,
             self._write_checkpoints,
-            self._trim,
             self._trim_many,
             self._schedule,
             self._earliest,
@@ -604,24 +600,10 @@ class RedisQueueBackend(QueueBackend):
             return None
         return Checkpoint(_offset(offset), int(epoch))
 
-    async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
-        keys = self._keys
-        script_keys = (keys.checkpoint(queue), keys.epoch(queue.group), keys.stream(queue))
-        command = self._eval(self._write_checkpoint, script_keys, (epoch, str(offset)))
-        reply = await self._call(command, "write_checkpoint")
-        self._fenced_result(reply, queue.group, epoch, f"checkpoint of {queue.priority}")
-
-    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
-        keys = self._keys
-        script_keys = (keys.stream(queue), keys.checkpoint(queue), keys.epoch(queue.group))
-        command = self._eval(self._trim, script_keys, (epoch, max(0, retain)))
-        reply = await self._call(command, "trim")
-        return int(self._fenced_result(reply, queue.group, epoch, f"trim of {queue.priority}"))
-
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
     ) -> set[GroupRef]:
-        """Many :meth:`write_checkpoint` calls, (queue, offset, epoch) each, in one round trip.
+        """Many checkpoint writes, (queue, offset, epoch) each, in one round trip.
 
         One WRITE_CHECKPOINTS script per Cluster slot and 500 items, its arguments packed in one
         string: redis-py spends ~20 us of Python per pipelined command and ~1 us per argument,
@@ -632,7 +614,7 @@ class RedisQueueBackend(QueueBackend):
         return await self._fenced_batch(self._write_checkpoints, batch, "write_checkpoints")
 
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
-        """Many :meth:`trim` calls, (queue, epoch, retain) each, in one round trip.
+        """Many trims, (queue, epoch, retain) each, in one round trip.
 
         Returns the groups with a fenced item (those items trimmed nothing); never raises Fenced.
         """

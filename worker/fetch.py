@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
-from emq.core.interfaces import QueueBackend
+from emq.core.interfaces import GroupOwner
 from emq.core.model import QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
@@ -74,7 +74,7 @@ Read = tuple[GroupState, int, QueueRef, int, int]
 class Fetcher:
     def __init__(
         self,
-        queues: QueueBackend,
+        queues: GroupOwner,
         settings: WorkerSettings,
         groups: Mapping[str, GroupState],
         on_jobs: Callable[[GroupState], None],

@@ -14,7 +14,7 @@ import socket
 from aiohttp import web
 
 from emq.core.errors import ConfigError
-from emq.core.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
+from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
 from emq.core.model import Namespace
 from worker.metrics import WorkerMetrics
 from worker.push import PushExecutor
@@ -120,7 +120,7 @@ def health_response(worker: Worker) -> web.Response:
     paused by an outage are listed (they resume within a second of Redis answering).
     """
     redis = worker.queues.health
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if redis.up else "unavailable",
         "worker": worker.id,
         "groups": len(worker.groups),
@@ -137,7 +137,7 @@ async def run_worker(
     namespace: Namespace,
     settings: WorkerSettings,
     *,
-    queues: QueueBackend,
+    queues: GroupOwner,
     config: ConfigStore,
     assignment: AssignmentSource,
     history: HistoryStore | None,

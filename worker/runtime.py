@@ -36,12 +36,12 @@ from emq.core.interfaces import (
     AssignmentSource,
     Checkpoint,
     ConfigStore,
+    GroupOwner,
     HistoryStore,
     OwnedGroups,
     Pusher,
     PushRequest,
     PushResult,
-    QueueBackend,
 )
 from emq.core.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
@@ -81,7 +81,7 @@ class Worker:
         namespace: Namespace,
         settings: WorkerSettings,
         *,
-        queues: QueueBackend,
+        queues: GroupOwner,
         config: ConfigStore,
         assignment: AssignmentSource,
         pusher: Pusher,
@@ -578,9 +578,9 @@ class Worker:
             raise
         self._drop_fenced(fenced, "fenced at checkpoint")
         for q, _, _ in items:
-            g = self._moved.pop(q, None)
-            if g is not None and not g.dropped:
-                self._to_trim[q] = g
+            moved = self._moved.pop(q, None)
+            if moved is not None and not moved.dropped:
+                self._to_trim[q] = moved
 
     # ------------------------------------------------------------------ trimming
 
