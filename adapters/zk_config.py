@@ -74,14 +74,13 @@ from typing import Any, Generic, TypeVar
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import (  # type: ignore[import-untyped]
     BadVersionError,
-    NoAuthError,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
 )
 from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
 from kazoo.recipe.watchers import DataWatch  # type: ignore[import-untyped]
 
+from adapters import zk
 from emq.core.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -92,19 +91,13 @@ from emq.core.errors import (
 from emq.core.interfaces import ConfigStore
 from emq.core.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
 from emq.core.naming import ZkPaths
-from emq.core.threads import call_soon, settle
+from emq.core.threads import call_soon
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-# Outcomes the callers give a meaning to; every other kazoo error means "ZooKeeper unavailable".
-NO_AUTH_HINT = (
-    "the node's ACL wants other credentials (set EMQ_ZK_AUTH to the ones the EMQ tree was "
-    "secured with)"
-)
-_MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError)
 _DECODE_ERRORS = (ValueError, KeyError, TypeError)
 _RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(RetryPolicy))
 _TOPIC_SCALARS = (
@@ -191,41 +184,6 @@ def check_same_ref(before: Topic, after: Topic) -> Topic:
     return after
 
 
-# --------------------------------------------------------------------------- kazoo ↔ asyncio
-
-
-async def _thread_to_the_end(fn: Callable[[], None]) -> None:
-    """Run ``fn`` in a thread; if we are cancelled meanwhile, wait for the thread, then re-raise.
-
-    For kazoo's start: one left running after its caller gave up the start lock would race
-    ``aclose()``'s stop and close (kazoo's start stops and closes the client on a time-out).
-    """
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the cancellation is what our caller gets
-        raise
-
-
-def _unavailable(error: Exception, what: str) -> BackendUnavailable:
-    """The seam's translation of every kazoo error that is not a caller's business."""
-    if isinstance(error, NoAuthError):
-        return BackendUnavailable(f"ZooKeeper refused access while {what}: {NO_AUTH_HINT}")
-    return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
-
-
-def _check(outcome: object, what: str) -> Any:
-    """The value of an outcome; a meaningful kazoo error is re-raised, others translated."""
-    if isinstance(outcome, _MEANINGFUL):
-        raise outcome
-    if isinstance(outcome, Exception):
-        raise _unavailable(outcome, what) from outcome
-    return outcome
-
-
 @contextlib.contextmanager
 def _skip_unreadable(path: str) -> Iterator[None]:
     """In a bulk load, skip a corrupt node loudly: one must not blind every reader."""
@@ -247,7 +205,7 @@ def _decode_all(
     for key, path, outcome in zip(keys, paths, outcomes, strict=True):
         found[key] = None
         if not isinstance(outcome, NoNodeError):  # else: deleted since we listed it
-            data, _stat = _check(outcome, what)
+            data, _stat = zk.check(outcome, what)
             with _skip_unreadable(path):
                 found[key] = decode(key, data)
     return found
@@ -480,7 +438,7 @@ class ZkConfigStore(ConfigStore):
         await asyncio.gather(*(m.aclose() for m in mirrors))
         async with self._start_lock:  # a start in progress finishes before we stop the client
             if self._owns_client:
-                await asyncio.to_thread(self._stop_client)
+                await zk.stop(self._client)
 
     async def ping(self) -> None:
         """One round trip; ``BackendUnavailable`` at once if the session is not connected."""
@@ -498,24 +456,7 @@ class ZkConfigStore(ConfigStore):
         if self._client.client_state != KeeperState.CLOSED:
             return  # started by our caller, who also stops it
         self._owns_client = True
-        try:
-            await _thread_to_the_end(self._start_blocking)
-        except Exception as e:
-            hosts = ",".join(f"{host}:{port}" for host, port in self._client.hosts)
-            raise BackendUnavailable(
-                f"cannot connect to ZooKeeper at {hosts}: {type(e).__name__} {e}"
-            ) from e
-
-    def _start_blocking(self) -> None:
-        try:
-            self._client.start(self._connect_timeout_s)
-        except Exception:
-            self._client.stop()  # or kazoo may keep connecting in the background
-            raise
-
-    def _stop_client(self) -> None:
-        self._client.stop()
-        self._client.close()
+        await zk.start(self._client, self._connect_timeout_s)
 
     async def _ensure_layout(self) -> None:
         p = self._paths
@@ -523,7 +464,7 @@ class ZkConfigStore(ConfigStore):
         paths += [x for ns in Namespace for x in (p.topics(ns), p.config_version(ns))]
         outcomes = await self._settle("creating the layout", [self._ensure_async(x) for x in paths])
         for outcome in outcomes:
-            _check(outcome, "creating the layout")
+            zk.check(outcome, "creating the layout")
 
     def _ensure_async(self, path: str) -> Any:
         return self._client.ensure_path_async(path)
@@ -542,7 +483,7 @@ class ZkConfigStore(ConfigStore):
             error = failed[1]
             if isinstance(error, NodeExistsError):
                 raise AlreadyExists(f"tenant {tenant.name!r} exists already") from error
-            raise _unavailable(error, f"creating tenant {tenant.name}") from error
+            raise zk.unavailable(error, f"creating tenant {tenant.name}") from error
         log.info("created tenant %s", tenant.name)
         self._tenants_mirror().note(tenant.name, tenant, seq)
 
@@ -592,7 +533,7 @@ class ZkConfigStore(ConfigStore):
             if isinstance(error, NodeExistsError):
                 raise AlreadyExists(f"topic {ref} exists already") from error
             if not (first_try and isinstance(error, NoNodeError)):
-                raise _unavailable(error, f"creating topic {ref}") from error
+                raise zk.unavailable(error, f"creating topic {ref}") from error
             # The tenant's first topic in this namespace: its parent node does not exist yet.
             tenant_dir = self._paths.tenant_topics(ref.namespace, ref.tenant)
             await self._one(f"creating {tenant_dir}", self._ensure_async(tenant_dir))
@@ -668,7 +609,7 @@ class ZkConfigStore(ConfigStore):
             return False
         if isinstance(error, NoNodeError):
             raise NotFound(f"topic {ref} does not exist") from error
-        raise _unavailable(error, f"updating topic {ref}") from error
+        raise zk.unavailable(error, f"updating topic {ref}") from error
 
     def _note_topic(self, topic: Topic, seq: int) -> None:
         # A process that writes config serves it too (the API): what it wrote is cached at once,
@@ -694,7 +635,7 @@ class ZkConfigStore(ConfigStore):
         refs: list[TopicRef] = []
         for t, outcome in zip(tenants, listings, strict=True):
             if not isinstance(outcome, NoNodeError):
-                refs += [TopicRef(ns, t, n) for n in _check(outcome, f"listing topics of {t}")]
+                refs += [TopicRef(ns, t, n) for n in zk.check(outcome, f"listing topics of {t}")]
         return _existing(await self._fetch_topics(refs))
 
     async def _fetch_topics(self, refs: list[TopicRef]) -> dict[TopicRef, Topic | None]:
@@ -785,26 +726,15 @@ class ZkConfigStore(ConfigStore):
         return self._seq
 
     async def _settle(self, what: str, pending: Sequence[Any]) -> list[object]:
-        try:
-            return await settle(pending, self._request_timeout_s)
-        except TimeoutError as e:
-            raise BackendUnavailable(
-                f"ZooKeeper did not answer within {self._request_timeout_s:g} s while {what}"
-            ) from e
+        return await zk.settle(pending, what, self._request_timeout_s)
 
     async def _one(self, what: str, pending: Any) -> Any:
         """One kazoo call's value; NoNode/NodeExists/BadVersion are raised as kazoo's errors."""
-        [outcome] = await self._settle(what, [pending])
-        return _check(outcome, what)
+        return await zk.one(pending, what, self._request_timeout_s)
 
-    async def _commit(self, tx: Any, what: str) -> tuple[int, Exception] | None:
+    async def _commit(self, tx: Any, what: str) -> tuple[int, BaseException] | None:
         """Commit a transaction; None on success, else the failed operation and its error."""
-        results = await self._one(what, tx.commit_async())
-        for index, result in enumerate(results):
-            # ZooKeeper reports the operations before the failed one as rolled back.
-            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
-                return index, result
-        return None
+        return zk.failed_op(await self._one(what, tx.commit_async()))
 
 
 async def connect(

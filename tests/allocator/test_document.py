@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from allocator.document import Document, Entry, advance, next_generation
-from allocator.fleet import parse_group
+from allocator.ownership import parse_group
 from allocator.leader import member_weight, parse_marker
 from emq.core.model import GroupRef, Namespace, TopicRef
 from emq.core.naming import ZkPaths
