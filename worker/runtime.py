@@ -13,11 +13,11 @@ store vouches for the rest until the check's send time + HOLD_VALID_S (see alloc
 Tasks: topic watch, assignment follower, hold checker, fetcher (+ ready-signal listener, due-job
 promoter, sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted
 against the send limit, more while pushes wait on slow endpoints), the outcome writer, the
-checkpointer, the trimmer (removes delivered entries of every queue that moved, see
-:meth:`Worker.trim`), the history recorder, metrics. Shutdown, in the order STYLE.md gives: stop
-fetching, let the dispatcher drain the buffers within the grace period, wait for in-flight pushes
-(then cancel them), write pending retries, the final checkpoint and trim (shielded), release
-every group.
+checkpointer and the trimmers (:class:`worker.committer.Committer`: delivered entries of every
+queue that moved, aged dead letters), the history recorder, metrics. Shutdown, in the order
+STYLE.md gives: stop fetching, let the dispatcher drain the buffers within the grace period, wait
+for in-flight pushes (then cancel them), write pending retries, the final checkpoint and trim
+(shielded), release every group.
 """
 
 from __future__ import annotations
@@ -43,7 +43,8 @@ from emq.core.interfaces import (
     PushRequest,
     PushResult,
 )
-from emq.core.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
+from emq.core.model import GroupRef, Namespace, Topic, TopicRef
+from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
@@ -120,14 +121,10 @@ class Worker:
             keyed_done=self.dispatcher.keyed_done,
         )
         self._govern_at = 0.0
-        self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
+        self.committer = Committer(queues, settings, self.groups, self.outage, self._drop)
+        self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        # Queues whose committed offset moved (and was written) since their last trim, with the
-        # group that moved them; trimmed every trim_interval_s, so a queue that went quiet
-        # loses its delivered entries as surely as a busy one.
-        self._to_trim: dict[QueueRef, GroupState] = {}
-        self._moved: dict[QueueRef, GroupState] = {}  # moved, checkpoint not yet written
         self.owned_generation = -1
         # This process as a holder of groups: a restarted worker with the same id is another one.
         self.holder = f"{worker_id}/{os.getpid()}/{secrets.token_hex(4)}"
@@ -148,10 +145,10 @@ class Worker:
         self._start("dispatch", self._dispatch_loop())
         self._start("senders", self.senders.run())
         self._start("outcomes", self.outcomes.run())
-        self._start("checkpoint", self._checkpoint_loop())
+        self._start("checkpoint", self.committer.checkpoint_loop())
         if self.settings.retain_entries >= 0:
-            self._start("trim", self._trim_loop())
-        self._start("dlq-trim", self._trim_dead_loop())
+            self._start("trim", self.committer.trim_loop())
+        self._start("dlq-trim", self.committer.trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -328,7 +325,7 @@ class Worker:
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
-        self._trim_later(group)
+        self.committer.trim_later(group)
 
     def _quota(self, topic: TopicState, ref: GroupRef) -> int:
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
@@ -353,7 +350,7 @@ class Worker:
             await asyncio.sleep(0.02)
         await self.outcomes.flush()
         try:
-            await self._write_checkpoints([group])
+            await self.committer.write_checkpoints([group])
             await self.trim(group)
         except BackendUnavailable as e:
             log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
@@ -544,109 +541,16 @@ class Worker:
             item.progress.finished(item.offset)
             self._dirty.add(group)
 
-    # ------------------------------------------------------------------ checkpoints
-
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.checkpoint_interval_s)
-            try:
-                await self.checkpoint()
-            except BackendUnavailable as e:
-                self.outage.noted("checkpointer", e)  # on its own timer: the next tick retries
-            else:
-                self.outage.resumed("checkpointer")
+    # ------------------------------------------------------------------ progress in the store
 
     async def checkpoint(self) -> None:
-        """Write the committable offset of every queue that moved (one round trip)."""
-        groups = {g for g in self._dirty if not g.dropped}
-        self._dirty = set()
-        await self._write_checkpoints(list(groups))
-
-    async def _write_checkpoints(self, groups: list[GroupState]) -> None:
-        items = []
-        for g in groups:
-            for q, p in g.progress.items():
-                if p.committable() is not None:
-                    self._moved[q] = g
-                items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
-        if not items:
-            return
-        try:
-            fenced = await self.queues.write_checkpoints(items)
-        except BackendUnavailable:
-            self._dirty.update(groups)
-            raise
-        self._drop_fenced(fenced, "fenced at checkpoint")
-        for q, _, _ in items:
-            moved = self._moved.pop(q, None)
-            if moved is not None and not moved.dropped:
-                self._to_trim[q] = moved
-
-    # ------------------------------------------------------------------ trimming
-
-    async def _trim_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.trim_interval_s)
-            try:
-                await self.trim()
-            except BackendUnavailable as e:
-                log.warning("trim failed (%s); will retry", e)
-
-    async def _trim_dead_loop(self) -> None:
-        """Age out the DLQs of owned groups: an append trims its DLQ, but a quiet one gets none."""
-        while True:
-            await asyncio.sleep(self.settings.dlq_trim_interval_s)
-            try:
-                await self.trim_dead()
-            except BackendUnavailable as e:
-                log.warning("DLQ trim failed (%s); will retry", e)
-
-    async def trim_dead(self) -> int:
-        """Trim every owned group's DLQ to its topic's retention, in one round trip."""
-        owned = [g for g in self.groups.values() if not g.dropped]
-        items = [(g.ref, g.epoch, g.topic.topic.dlq_retention) for g in owned]
-        removed = await self.queues.trim_dead(items) if items else 0
-        if removed:
-            log.info("removed %d dead letters past their topics' retention", removed)
-        return removed
+        """Write the committable offset of every queue that moved (see :class:`Committer`)."""
+        await self.committer.checkpoint()
 
     async def trim(self, group: GroupState | None = None) -> None:
-        """Remove the delivered entries (at or below the written checkpoint, but the newest
-        ``retain_entries``) of every queue that moved since its last trim, or only of
-        ``group``'s; one round trip, fenced by the owner epoch."""
-        if self.settings.retain_entries < 0:
-            self._to_trim.clear()
-            return
-        if group is None:
-            queues, self._to_trim = list(self._to_trim.items()), {}
-        else:  # a release: only its three queues (thousands may be released in a row)
-            mine = [q for q in group.ref.queues() if self._to_trim.get(q) is group]
-            queues = [(q, self._to_trim.pop(q)) for q in mine]
-        # A group let go since (released, fenced, or owned again under a new epoch) is skipped:
-        # its next owner trims it, and a fenced answer must not drop our newer ownership.
-        live = [(q, g) for q, g in queues if not g.dropped and self._owns(g)]
-        if not live:
-            return
-        retain = self.settings.retain_entries
-        try:
-            fenced = await self.queues.trim_many([(q, g.epoch, retain) for q, g in live])
-        except BackendUnavailable:
-            for q, g in live:
-                self._to_trim.setdefault(q, g)
-            raise
-        self._drop_fenced(fenced, "fenced at trim")
+        """Remove delivered entries (see :meth:`Committer.trim`)."""
+        await self.committer.trim(group)
 
-    def _trim_later(self, group: GroupState) -> None:
-        """Trim a newly claimed group at the next trim: a previous owner killed between its
-        checkpoint and its trim left delivered entries that no later move may ever come for."""
-        for q in group.ref.queues():
-            self._to_trim[q] = group
-
-    def _owns(self, group: GroupState) -> bool:
-        return self.groups.get(str(group.ref)) is group
-
-    def _drop_fenced(self, refs: set[GroupRef], reason: str) -> None:
-        for ref in refs:
-            group = self.groups.get(str(ref))
-            if group is not None:
-                self._drop(group, reason)
+    async def trim_dead(self) -> int:
+        """Age out the DLQs of owned groups (see :meth:`Committer.trim_dead`)."""
+        return await self.committer.trim_dead()
