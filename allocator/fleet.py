@@ -245,6 +245,7 @@ class FleetAssignment(AssignmentSource):
         if self._closed:
             return
         self._closed = True
+        self.ownership.closed = True  # the data watch drops itself at its next call
         task, self._run_task = self._run_task, None
         if task is not None and task is not asyncio.current_task() and not task.done():
             task.cancel()
@@ -252,7 +253,6 @@ class FleetAssignment(AssignmentSource):
         with contextlib.suppress(BackendUnavailable):
             if self.membership.connected:
                 await self.releases.write_markers(self.releases.leaving())
-        self.ownership.closed = True
         self.releases.wake.closed = True
         self.membership.close()
         await zk.stop(self._client)

@@ -5,8 +5,9 @@ from __future__ import annotations
 import redis.asyncio as aioredis
 
 from adapters import zk
+from adapters.redis_conn import client_options
 from adapters.redis_history import RedisHistoryStore
-from adapters.redis_queue import RedisQueueBackend, client_options
+from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet

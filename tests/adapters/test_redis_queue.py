@@ -9,7 +9,8 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from adapters.redis_queue import _translated, connect
+from adapters.redis_conn import translated as _translated
+from adapters.redis_queue import connect
 from emq.core.errors import BackendUnavailable, Fenced
 from emq.core.interfaces import ZERO_OFFSET, DeadLetter, PutItem
 from emq.core.model import GroupRef, Namespace, Priority, TopicRef
