@@ -16,8 +16,9 @@ and the caller decides). A Cluster client also retries on its own while it re-le
 from __future__ import annotations
 
 import contextlib
+import logging
 import socket
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import redis.asyncio as aioredis
@@ -25,12 +26,16 @@ from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.commands.core import AsyncScript
 from redis.maint_notifications import MaintNotificationsConfig
 
-from adapters.redis_replies import text
+from adapters.redis_replies import Command, text
 from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import BackendHealth
 
 Client: TypeAlias = "aioredis.Redis | RedisCluster"
+
+log = logging.getLogger(__name__)
 
 
 # Errors that mean "Redis can't serve this now" rather than "this request is wrong".
@@ -154,3 +159,75 @@ def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
     else:
         base["retry"] = Retry(NoBackoff(), 0)
     return base | opts
+
+
+class RedisCalls:
+    """Pipelined commands on one client: translated errors, one retry, scripts reloaded.
+
+    Every call is one pipeline (``transaction=False``; a Cluster pipeline splits by node) whose
+    replies come back in order, the first error raised. Scripts run by EVALSHA; a node that lost
+    its script cache (restart, failover) answers NOSCRIPT, and those commands, which did not
+    run, are re-sent once after SCRIPT LOAD. ``health`` records what each call found.
+    """
+
+    def __init__(
+        self, client: Client, scripts: Sequence[AsyncScript], health: BackendHealth
+    ) -> None:
+        self._client = client
+        self._scripts = scripts
+        self._health = health
+
+    async def load_scripts(self) -> None:
+        """Load every script into Redis (on a Cluster client, into every primary)."""
+        with translated("script load"):
+            await self._load_scripts()
+
+    async def _load_scripts(self) -> None:
+        for script in self._scripts:
+            await self._client.script_load(script.script)
+        log.info("loaded %d Lua scripts into redis", len(self._scripts))
+
+    async def pipeline(
+        self, commands: Sequence[Command], what: str, *, repeatable: bool = True
+    ) -> list[Any]:
+        """Send ``commands`` in one pipeline; replies in order, the first error raised.
+
+        ``repeatable``: sending the commands twice applies nothing twice, so a broken
+        connection is worth one more try on a fresh one (see the module docstring).
+        """
+        if not commands:
+            return []
+        try:
+            with translated(what):
+                replies = await self._pipeline_once(commands, repeatable)
+        except BackendUnavailable as e:
+            self._health.failed(e.message)
+            raise
+        self._health.ok()
+        return replies
+
+    async def _pipeline_once(self, commands: Sequence[Command], repeatable: bool) -> list[Any]:
+        try:
+            replies = await self._send(commands)
+        except rex.ConnectionError as e:
+            if not repeatable:
+                raise
+            log.debug("redis connection broke (%s); sending once more", e)
+            replies = await self._send(commands)
+        retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
+        if retry:
+            # Those commands did not run: re-sending them cannot apply anything twice.
+            await self._load_scripts()
+            for i, reply in zip(retry, await self._send([commands[i] for i in retry]), strict=True):
+                replies[i] = reply
+        for reply in replies:
+            if isinstance(reply, Exception):
+                raise reply
+        return replies
+
+    async def _send(self, commands: Sequence[Command]) -> list[Any]:
+        pipe = self._client.pipeline(transaction=False)
+        for command in commands:
+            pipe.execute_command(*command)
+        replies: list[Any] = await pipe.execute(raise_on_error=False)
+        return replies

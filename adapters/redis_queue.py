@@ -63,6 +63,7 @@ from redis.crc import key_slot
 from adapters import _redis_scripts as lua
 from adapters.redis_conn import (
     Client,
+    RedisCalls,
     blocking_twin,
     check_acknowledged,
     client_options,
@@ -185,6 +186,7 @@ class RedisQueueBackend(QueueBackend):
             self._trim_dead,
             self._replay,
         )
+        self._calls = RedisCalls(client, self._scripts, self.health)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -194,61 +196,15 @@ class RedisQueueBackend(QueueBackend):
 
     async def load_scripts(self) -> None:
         """Load every script into Redis (on a Cluster client, into every primary)."""
-        with translated("script load"):
-            await self._load_scripts()
-
-    async def _load_scripts(self) -> None:
-        for script in self._scripts:
-            await self._client.script_load(script.script)
-        log.info("loaded %d Lua scripts into redis", len(self._scripts))
+        await self._calls.load_scripts()
 
     async def _pipeline(
         self, commands: Sequence[Command], what: str, *, repeatable: bool = True
     ) -> list[Any]:
-        """Send ``commands`` in one pipeline; replies in order, the first error raised.
-
-        ``repeatable``: sending the commands twice applies nothing twice, so a broken
-        connection is worth one more try on a fresh one (see the module docstring).
-        """
-        if not commands:
-            return []
-        try:
-            with translated(what):
-                replies = await self._pipeline_once(commands, repeatable)
-        except BackendUnavailable as e:
-            self.health.failed(e.message)
-            raise
-        self.health.ok()
-        return replies
-
-    async def _pipeline_once(self, commands: Sequence[Command], repeatable: bool) -> list[Any]:
-        try:
-            replies = await self._send(commands)
-        except rex.ConnectionError as e:
-            if not repeatable:
-                raise
-            log.debug("redis connection broke (%s); sending once more", e)
-            replies = await self._send(commands)
-        retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
-        if retry:
-            # Those commands did not run: re-sending them cannot apply anything twice.
-            await self._load_scripts()
-            for i, reply in zip(retry, await self._send([commands[i] for i in retry]), strict=True):
-                replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-    async def _send(self, commands: Sequence[Command]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return await self._calls.pipeline(commands, what, repeatable=repeatable)
 
     async def _call(self, command: Command, what: str, *, repeatable: bool = True) -> Any:
-        return (await self._pipeline([command], what, repeatable=repeatable))[0]
+        return (await self._calls.pipeline([command], what, repeatable=repeatable))[0]
 
     def _group_streams(self, group: GroupRef) -> tuple[str, str, str]:
         """The high, medium and low streams, in the order the scripts expect them."""

@@ -84,8 +84,8 @@ class Ownership:
         self._version = 0
         self._bump = asyncio.Event()
         self._applied = OwnedGroups(0)
-        self._applied_version = 0
-        self._fence_version = 0
+        self.applied_version = 0
+        self.fence_version = 0
         self.touching: frozenset[Key] = frozenset()
         self._decoding: set[asyncio.Task[None]] = set()
         self._failure: BaseException | None = None
@@ -105,7 +105,7 @@ class Ownership:
             self.touching = keys_of(self._applied) | keys_of(snapshot)
             yield snapshot
             # Asked for the next one: the worker has applied this one (released what it lost).
-            self._applied, self._applied_version = snapshot, seen
+            self._applied, self.applied_version = snapshot, seen
             self.touching = keys_of(snapshot)
             self._on_applied()
 
@@ -115,7 +115,7 @@ class Ownership:
 
     def caught_up(self) -> bool:
         """True once the worker applied the snapshot of the last fence (or a later one)."""
-        return self._applied_version >= self._fence_version
+        return self.applied_version >= self.fence_version
 
     def fail(self, error: BaseException) -> None:
         """The member failed: the worker's next wait for a snapshot raises ``error``."""
@@ -125,7 +125,7 @@ class Ownership:
     def fence(self) -> None:
         """Offer the empty snapshot of a fence, and remember it must be applied."""
         self.publish()
-        self._fence_version = self._version
+        self.fence_version = self._version
 
     def publish(self) -> None:
         """Offer the worker the groups it may own now (nothing while fenced)."""
