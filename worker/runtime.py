@@ -8,7 +8,7 @@ claimed by another worker: buffers forgotten, nothing written). A fenced claim i
 
 A claim makes this process the group's holder in the store; a release removes it. Every
 HOLD_CHECK_S the worker checks its holds in one round trip and tells the assignment source the
-store vouches for the rest until the check's send time + HOLD_VALID_S (see allocator.fleet).
+store vouches for the rest until the check's send time + HOLD_VALID_S (:mod:`worker.holds`).
 
 Tasks: topic watch, assignment follower, hold checker, fetcher (+ ready-signal listener, due-job
 promoter, sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted
@@ -24,8 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
@@ -34,7 +32,6 @@ from capacity import split_quota
 from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.core.interfaces import (
     AssignmentSource,
-    Checkpoint,
     ConfigStore,
     GroupOwner,
     HistoryStore,
@@ -49,6 +46,7 @@ from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
+from worker.holds import CONTESTED_WAIT_S, Holds
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
@@ -65,14 +63,6 @@ MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at leas
 
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
-# Holds (see allocator.fleet, Vouching): every HOLD_CHECK_S the worker asks the store whether it
-# still holds its groups; a check vouches for HOLD_VALID_S from its send time. A contested claim
-# waits out a former holder's last word: HOLD_VALID_S, plus a margin for clocks and scheduling.
-HOLD_CHECK_S = 0.25
-# 0.6 s: two checks may be missed before a cut-off worker pauses; a shorter word shortens the
-# contested wait, which every recovery from a killed worker pays (issue 11: session + 2 s).
-HOLD_VALID_S = 0.6
-CONTESTED_WAIT_S = HOLD_VALID_S + 0.4
 
 
 class Worker:
@@ -126,8 +116,7 @@ class Worker:
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self.owned_generation = -1
-        # This process as a holder of groups: a restarted worker with the same id is another one.
-        self.holder = f"{worker_id}/{os.getpid()}/{secrets.token_hex(4)}"
+        self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -137,7 +126,7 @@ class Worker:
         self.metrics.send_limit.set(self._sends.limit)
         self._start("topics", self._watch_topics())
         self._start("assignment", self._follow_assignment())
-        self._start("holds", self._check_holds())
+        self._start("holds", self.holds.check_loop())
         self._start("fetch", self.fetcher.run())
         self._start("signals", self.fetcher.listen())
         self._start("promote", self.fetcher.promote())
@@ -215,7 +204,7 @@ class Worker:
             log.warning(
                 "final checkpoint not written (%s): entries after it will be redelivered", e
             )
-        await self._release_holds(list(self.groups.values()))
+        await self.holds.release(list(self.groups.values()))
         for g in list(self.groups.values()):
             await self.assignment.release(g.ref, g.epoch)
         log.info("worker %s stopped", self.id)
@@ -295,7 +284,7 @@ class Worker:
                 # One name for every group's claim: an outage logs one warning, not thousands.
                 claimed = await self.outage.retry(
                     "group claims",
-                    lambda: self._claim_once(ref, epoch),
+                    lambda: self.holds.claim(ref, epoch),
                     give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
                 )
             except Fenced as e:
@@ -331,13 +320,6 @@ class Worker:
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         return quota[ref.index] if ref.index < len(quota) else 1
 
-    async def _claim_once(self, ref: GroupRef, epoch: int) -> tuple[bool, list[Checkpoint | None]]:
-        """Claim ``ref`` at ``epoch`` (claiming twice is harmless): whether a former holder never
-        let go, and the group's checkpoints (final: the claim fenced any former owner's writes)."""
-        contested = await self.queues.claim(ref, epoch, self.holder)
-        checkpoints = await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues()))
-        return contested, list(checkpoints)
-
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
         if group.dropped:  # fenced while an earlier release was awaited: nothing to write
@@ -356,40 +338,10 @@ class Worker:
             log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
         if not group.dropped:  # (fenced meanwhile: DROPPED, its hold is another's now)
             group.released()  # before the await: a hold check meanwhile must not drop it
-            await self._let_go([group.ref])
+            await self.holds.let_go([group.ref])
         self._forget(group)
         await self.assignment.release(group.ref, group.epoch)
         log.info("released %s (epoch %d)", group.ref, group.epoch)
-
-    async def _release_holds(self, groups: list[GroupState]) -> None:
-        """We stopped touching ``groups``: their next owner need not wait (see _claim)."""
-        await self._let_go([g.ref for g in groups if not g.dropped])
-
-    async def _let_go(self, refs: list[GroupRef]) -> None:
-        if not refs:
-            return
-        try:
-            await self.queues.release_holds(refs, self.holder)
-        except BackendUnavailable as e:  # their next owner waits a little longer: harmless
-            log.warning("holds of %d group(s) not released (%s)", len(refs), e)
-
-    async def _check_holds(self) -> None:
-        """Every HOLD_CHECK_S: drop the groups another worker claimed since, and tell the
-        assignment the store vouches for the rest (see allocator.fleet, Vouching)."""
-        while True:
-            sent = time.monotonic()
-            groups = [g for g in self.groups.values() if not g.dropped]
-            try:
-                holds = [(g.ref, g.epoch) for g in groups]
-                lost = await self.queues.check_holds(holds, self.holder)
-            except BackendUnavailable as e:
-                log.debug("holds not checked: %s", e)
-            else:
-                for g in groups:
-                    if g.ref in lost:
-                        self._drop(g, "fenced: claimed by another worker")
-                self.assignment.vouched(sent + HOLD_VALID_S)
-            await asyncio.sleep(max(0.0, sent + HOLD_CHECK_S - time.monotonic()))
 
     def _forget(self, group: GroupState) -> None:
         """Unregister a RELEASED or DROPPED group."""
