@@ -153,10 +153,6 @@ end
 """
 )
 
-# KEYS: checkpoint, epoch, stream  ARGV: epoch, offset
-# -> {0, current} fenced | {1, entries newly committed}
-WRITE_CHECKPOINT = _COMMIT + "return commit(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\n"
-
 # KEYS: (stream, checkpoint, epoch) per item, all of one slot  ARGV: one string, a line
 # "<epoch> <offset>" per item (one argument instead of two per item: redis-py packs each
 # argument in Python) -> the 1-based numbers of the items that were fenced (and changed
@@ -199,9 +195,6 @@ local function cut(stream_key, ckpt_key, epoch_key, epoch, retain_arg)
 end
 """
 )
-
-# KEYS: stream, checkpoint, epoch  ARGV: epoch, retain -> {0, current} fenced | {1, removed}
-TRIM = _CUT + "return cut(KEYS[1], KEYS[2], KEYS[3], ARGV[1], ARGV[2])\n"
 
 # KEYS: (stream, checkpoint, epoch) per item, all of one slot  ARGV: one string, a line
 # "<epoch> <retain>" per item -> the 1-based numbers of the items that were fenced (and
@@ -371,9 +364,7 @@ ALL = (
     PUT,
     CLAIM,
     RELEASE_HOLDS,
-    WRITE_CHECKPOINT,
     WRITE_CHECKPOINTS,
-    TRIM,
     TRIM_MANY,
     BACKLOG,
     PROMOTE_DUE,

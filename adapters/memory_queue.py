@@ -320,8 +320,7 @@ class MemoryQueueBackend(QueueBackend):
         committed = self._committed.get(queue)
         return Checkpoint(committed.offset, committed.epoch) if committed else None
 
-    async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
-        self._open()
+    def _write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
         self._fence(queue.group, epoch, f"checkpoint of {queue.priority}")
         old = self._committed.get(queue)
         if old is not None and offset <= old.offset:
@@ -335,29 +334,28 @@ class MemoryQueueBackend(QueueBackend):
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
     ) -> set[GroupRef]:
-        """Each (queue, offset, epoch) as :meth:`write_checkpoint`; the groups that were fenced."""
+        """Each (queue, offset, epoch) in turn; the groups that were fenced."""
         self._open()
         fenced: set[GroupRef] = set()
         for queue, offset, epoch in items:
             try:
-                await self.write_checkpoint(queue, offset, epoch)
+                self._write_checkpoint(queue, offset, epoch)
             except Fenced:
                 fenced.add(queue.group)
         return fenced
 
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
-        """Each (queue, epoch, retain) as :meth:`trim`; the groups that were fenced."""
+        """Each (queue, epoch, retain) in turn; the groups that were fenced."""
         self._open()
         fenced: set[GroupRef] = set()
         for queue, epoch, retain in items:
             try:
-                await self.trim(queue, epoch, retain)
+                self._trim(queue, epoch, retain)
             except Fenced:
                 fenced.add(queue.group)
         return fenced
 
-    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
-        self._open()
+    def _trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
         self._fence(queue.group, epoch, f"trim of {queue.priority}")
         committed = self._committed.get(queue)
         stream = self._streams.get(queue)

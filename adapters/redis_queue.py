@@ -40,41 +40,55 @@ idempotency key or a due time take one PUT script each. Scripts run by EVALSHA; 
 its script cache (restart, failover) answers NOSCRIPT, and those commands, which did not run, are
 re-sent once after SCRIPT LOAD.
 
-Driver errors are translated at this seam: unreachable or transiently refusing Redis becomes
-:class:`~emq.core.errors.BackendUnavailable`, and :attr:`RedisQueueBackend.health` records what the
+Driver errors are translated at the seam (:mod:`adapters.redis_conn`, which also says how
+clients survive restarts and failovers), and :attr:`RedisQueueBackend.health` records what the
 last call found (for the health endpoints). A put that fails half-way may have stored part of
-the batch; retrying it is at-least-once (idempotency keys de-duplicate the retry).
-
-Restarts and failovers (see :func:`client_options`): the pool checks a pooled connection before
-lending it, so one the server closed (restart, failover) is replaced instead of failing the
-next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
-connection is sent once more when repeating it cannot apply anything twice (every call but a
-put of jobs without idempotency keys, a dead letter and a DLQ replay: their outcome is unknown,
-and the caller decides). A Cluster client also retries on its own while it re-learns the slots
-(failover).
+the batch; retrying it is at-least-once (idempotency keys de-duplicate the retry). The packing
+of script arguments and the decoding of replies are in :mod:`adapters.redis_replies`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from itertools import chain
-from typing import Any, NamedTuple, TypeAlias, TypeVar
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any, TypeAlias, TypeVar
 
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
-from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
 from redis.commands.core import AsyncScript
 from redis.crc import key_slot
-from redis.maint_notifications import MaintNotificationsConfig
 
 from adapters import _redis_scripts as lua
-from emq.core.errors import BackendUnavailable, ConfigError, Fenced, InvalidInput
+from adapters.redis_conn import (
+    Client,
+    RedisCalls,
+    blocking_twin,
+    check_acknowledged,
+    client_options,
+    conf,
+    translated,
+)
+from adapters.redis_replies import (
+    Append,
+    BatchItem,
+    Command,
+    Hints,
+    QueueKeys,
+    counts_of,
+    cursor_of,
+    dead_letter_of,
+    dlq_id,
+    entries_of,
+    offset_of,
+    put_result,
+    ready_names,
+    retention_args,
+    score_pairs,
+    text,
+)
+from emq.core.errors import BackendUnavailable, ConfigError, Fenced
 from emq.core.interfaces import (
     BackendHealth,
     Checkpoint,
@@ -91,98 +105,18 @@ from emq.core.naming import RedisKeys
 
 log = logging.getLogger(__name__)
 
-Client: TypeAlias = "aioredis.Redis | RedisCluster"
-Command: TypeAlias = Sequence[Any]
 _Slot: TypeAlias = tuple[int, int]
 _T = TypeVar("_T")
 
 
-class _QueueKeys(NamedTuple):
-    """What the batch scripts need of one queue: its keys in their order, and its slot."""
-
-    stream: str
-    checkpoint: str
-    epoch: str
-    slot: int
-
-
-_BatchItem: TypeAlias = tuple[GroupRef, _QueueKeys, str]  # (group, keys, packed arguments)
-
 DEFAULT_IDEMPOTENCY_WINDOW_S = 86_400
 
-# Errors that mean "Redis can't serve this now" rather than "this request is wrong".
-_UNAVAILABLE = (
-    rex.ConnectionError,  # also BusyLoadingError (restarting with AOF), MaxConnectionsError
-    rex.TimeoutError,
-    rex.ClusterDownError,  # also MasterDownError
-    rex.TryAgainError,  # slot migrating
-    rex.ReadOnlyError,  # failover in progress
-    rex.OutOfMemoryError,
-    rex.SlotNotCoveredError,
-)
-
-_PUT_APPENDED, _PUT_DUPLICATE, _PUT_DELAYED = 0, 1, 2
 
 READY_MAXLEN = 100_000  # signals kept (approximately): a worker further behind relies on its sweep
 _BATCH_ITEMS = 500  # items per batch script: bounds how long one script holds the server
 _READ_QUEUES = 128  # queues per READ script (each up to a fetch's count of entries)
 _KEY_CACHE_MAX = 50_000  # queues whose batch-script keys are cached (a worker owns far fewer)
 _BLOCK_GRACE_S = 2.0  # a blocking read not answered this long after its BLOCK time: server hung
-# redis-py 8 (unlike 5) caps a client's pool at 100 connections and fails the next concurrent
-# command with MaxConnectionsError (a ConnectionError: it would read as "Redis unavailable"). A
-# worker claims 64 groups at a time with four round trips each, so the cap is Redis's own
-# default ``maxclients`` instead, as it was with redis-py 5.
-DEFAULT_MAX_CONNECTIONS = 10_000
-
-
-def _offset(raw: bytes | str) -> Offset:
-    """A stream id as an :class:`Offset` (faster than ``Offset.parse``: ids are well formed)."""
-    ms, _, seq = raw.partition(b"-") if isinstance(raw, bytes) else raw.partition("-")
-    return Offset(int(ms), int(seq))
-
-
-def _text(raw: bytes | str) -> str:
-    return raw.decode() if isinstance(raw, bytes) else raw
-
-
-def _is_unreachable_cluster(e: BaseException) -> bool:
-    # RedisCluster wraps "no startup node answered" in a bare RedisClusterException, and while a
-    # failover is under way re-learning the slots can find some uncovered ("All slots are not
-    # covered after query all startup_nodes"): both pass once the cluster has a primary again.
-    if not isinstance(e, rex.RedisClusterException):
-        return False
-    return isinstance(e.__cause__, _UNAVAILABLE) or "slots are not covered" in str(e)
-
-
-@contextlib.contextmanager
-def _translated(what: str) -> Iterator[None]:
-    """Turn driver errors meaning "unavailable" into :class:`BackendUnavailable`."""
-    try:
-        yield
-    except _UNAVAILABLE as e:
-        raise BackendUnavailable(f"redis unavailable during {what}: {e}") from e
-    except rex.RedisClusterException as e:
-        if _is_unreachable_cluster(e):
-            raise BackendUnavailable(f"redis cluster unreachable during {what}: {e}") from e
-        raise
-    except (AttributeError, TypeError) as e:
-        if not _is_closed_transport(e):
-            raise
-        raise BackendUnavailable(f"redis connection closed during {what}: {e}") from e
-
-
-def _is_closed_transport(error: Exception) -> bool:
-    """redis-py (8.1 and master) lets a write on a connection the peer has closed leak asyncio's
-    torn-down transport as ``AttributeError``/``TypeError`` about ``None`` instead of a
-    ConnectionError (redis/redis-py#4287; seen here in a Cluster failover). Only errors raised
-    inside redis-py or asyncio count: the same error from our own code stays a bug."""
-    if "NoneType" not in str(error):
-        return False
-    tb = error.__traceback__
-    while tb is not None and tb.tb_next is not None:
-        tb = tb.tb_next
-    where = tb.tb_frame.f_code.co_filename if tb is not None else ""
-    return "/redis/" in where or "/asyncio/" in where
 
 
 class RedisQueueBackend(QueueBackend):
@@ -213,11 +147,11 @@ class RedisQueueBackend(QueueBackend):
         self._client = client
         # wait_ready's XREAD BLOCK holds a connection for seconds: on its own client it neither
         # takes the main pool's connections nor trips the main client's socket timeout.
-        self._blocking = blocking_client or _blocking_twin(client)
+        self._blocking = blocking_client or blocking_twin(client)
         self._keys = keys
         self._window = str(int(idempotency_window_s))
         self._cluster = isinstance(client, RedisCluster)
-        self._key_cache: dict[QueueRef, _QueueKeys] = {}
+        self._key_cache: dict[QueueRef, QueueKeys] = {}
         self._holder_keys: dict[GroupRef, tuple[str, str]] = {}
         self._closed = False
         self.health = BackendHealth()
@@ -227,9 +161,7 @@ class RedisQueueBackend(QueueBackend):
         self._put = register(lua.PUT)
         self._claim = register(lua.CLAIM)
         self._release_holds = register(lua.RELEASE_HOLDS)
-        self._write_checkpoint = register(lua.WRITE_CHECKPOINT)
         self._write_checkpoints = register(lua.WRITE_CHECKPOINTS)
-        self._trim = register(lua.TRIM)
         self._trim_many = register(lua.TRIM_MANY)
         self._schedule = register(lua.SCHEDULE)
         self._earliest = register(lua.EARLIEST_DUE)
@@ -244,9 +176,7 @@ class RedisQueueBackend(QueueBackend):
             self._put,
             self._claim,
             self._release_holds,
-            self._write_checkpoint,
             self._write_checkpoints,
-            self._trim,
             self._trim_many,
             self._schedule,
             self._earliest,
@@ -256,6 +186,7 @@ class RedisQueueBackend(QueueBackend):
             self._trim_dead,
             self._replay,
         )
+        self._calls = RedisCalls(client, self._scripts, self.health)
 
     # ------------------------------------------------------------------ plumbing
 
@@ -265,61 +196,15 @@ class RedisQueueBackend(QueueBackend):
 
     async def load_scripts(self) -> None:
         """Load every script into Redis (on a Cluster client, into every primary)."""
-        with _translated("script load"):
-            await self._load_scripts()
-
-    async def _load_scripts(self) -> None:
-        for script in self._scripts:
-            await self._client.script_load(script.script)
-        log.info("loaded %d Lua scripts into redis", len(self._scripts))
+        await self._calls.load_scripts()
 
     async def _pipeline(
         self, commands: Sequence[Command], what: str, *, repeatable: bool = True
     ) -> list[Any]:
-        """Send ``commands`` in one pipeline; replies in order, the first error raised.
-
-        ``repeatable``: sending the commands twice applies nothing twice, so a broken
-        connection is worth one more try on a fresh one (see the module docstring).
-        """
-        if not commands:
-            return []
-        try:
-            with _translated(what):
-                replies = await self._pipeline_once(commands, repeatable)
-        except BackendUnavailable as e:
-            self.health.failed(e.message)
-            raise
-        self.health.ok()
-        return replies
-
-    async def _pipeline_once(self, commands: Sequence[Command], repeatable: bool) -> list[Any]:
-        try:
-            replies = await self._send(commands)
-        except rex.ConnectionError as e:
-            if not repeatable:
-                raise
-            log.debug("redis connection broke (%s); sending once more", e)
-            replies = await self._send(commands)
-        retry = [i for i, r in enumerate(replies) if isinstance(r, rex.NoScriptError)]
-        if retry:
-            # Those commands did not run: re-sending them cannot apply anything twice.
-            await self._load_scripts()
-            for i, reply in zip(retry, await self._send([commands[i] for i in retry]), strict=True):
-                replies[i] = reply
-        for reply in replies:
-            if isinstance(reply, Exception):
-                raise reply
-        return replies
-
-    async def _send(self, commands: Sequence[Command]) -> list[Any]:
-        pipe = self._client.pipeline(transaction=False)
-        for command in commands:
-            pipe.execute_command(*command)
-        replies: list[Any] = await pipe.execute(raise_on_error=False)
-        return replies
+        return await self._calls.pipeline(commands, what, repeatable=repeatable)
 
     async def _call(self, command: Command, what: str, *, repeatable: bool = True) -> Any:
-        return (await self._pipeline([command], what, repeatable=repeatable))[0]
+        return (await self._calls.pipeline([command], what, repeatable=repeatable))[0]
 
     def _group_streams(self, group: GroupRef) -> tuple[str, str, str]:
         """The high, medium and low streams, in the order the scripts expect them."""
@@ -346,7 +231,7 @@ class RedisQueueBackend(QueueBackend):
 
         :class:`~emq.core.errors.ConfigError` if the server refuses CONFIG GET (renamed or ACL'd).
         """
-        with _translated("config get"):
+        with translated("config get"):
             try:
                 if isinstance(self._client, RedisCluster):
                     found = [
@@ -357,7 +242,7 @@ class RedisQueueBackend(QueueBackend):
                     found = [("redis", await self._client.config_get("append*"))]
             except rex.ResponseError as e:
                 raise ConfigError(f"cannot read the Redis persistence settings: {e}") from e
-        return [(node, _conf(c, "appendonly"), _conf(c, "appendfsync")) for node, c in found]
+        return [(node, conf(c, "appendonly"), conf(c, "appendfsync")) for node, c in found]
 
     # ------------------------------------------------------------------ puts and reads
 
@@ -370,7 +255,7 @@ class RedisQueueBackend(QueueBackend):
         commands, slots, hints = self._put_commands(items)
         if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
             commands += self._hint_commands(hints)
-            hints = _Hints()
+            hints = Hints()
         if self._wait is not None:  # on the same connection: waits for the writes above
             commands.append(("WAIT", *self._wait))
         # A put without idempotency keys is not sent twice: had the first one reached Redis
@@ -379,21 +264,21 @@ class RedisQueueBackend(QueueBackend):
         repeatable = all(item.idempotency_key is not None for item in items)
         replies = await self._pipeline(commands, "put", repeatable=repeatable)
         if self._wait is not None:
-            _check_acknowledged(int(replies[-1]), *self._wait)
+            check_acknowledged(int(replies[-1]), *self._wait)
         results = []
         for item, (index, position) in zip(items, slots, strict=True):
             reply = replies[index]
             if position >= 0:
-                results.append(PutResult(item.job_id, offset=_offset(reply[position])))
+                results.append(PutResult(item.job_id, offset=offset_of(reply[position])))
                 continue
-            result = _put_result(item, reply)
+            result = put_result(item, reply)
             if item.idempotency_key is not None and not result.duplicate:
                 hints.add(str(item.queue.group), item.due_ms)
             results.append(result)
         await self._send_hints(hints, "put")
         return results
 
-    def _put_commands(self, items: Sequence[PutItem]) -> tuple[list[Command], list[_Slot], _Hints]:
+    def _put_commands(self, items: Sequence[PutItem]) -> tuple[list[Command], list[_Slot], Hints]:
         """One APPEND per Cluster slot for the plain items, one PUT script per other item.
 
         ``slots[i]`` locates item ``i``'s reply: (command, position in an APPEND's reply) or
@@ -401,10 +286,10 @@ class RedisQueueBackend(QueueBackend):
         stream order is the order of ``items`` (a pipeline keeps command order per node). The
         hints are those of the items without an idempotency key.
         """
-        commands: list[Command | _Append] = []
+        commands: list[Command | Append] = []
         slots: list[_Slot] = []
-        hints = _Hints()
-        appends: dict[int, _Append] = {}  # open APPEND per slot
+        hints = Hints()
+        appends: dict[int, Append] = {}  # open APPEND per slot
         streams: dict[QueueRef, tuple[str, int, str]] = {}  # a batch spans few queues
         for item in items:
             known = streams.get(item.queue)
@@ -417,7 +302,7 @@ class RedisQueueBackend(QueueBackend):
             if item.idempotency_key is None and item.due_ms is None:
                 append = appends.get(slot)
                 if append is None:
-                    append = appends[slot] = _Append(len(commands))
+                    append = appends[slot] = Append(len(commands))
                     commands.append(append)
                 slots.append((append.index, append.add(key, item.payload)))
             else:
@@ -425,7 +310,7 @@ class RedisQueueBackend(QueueBackend):
                 slots.append((len(commands), -1))
                 commands.append(self._put_script(item, key))
         sha = self._append.sha
-        return [c.command(sha) if isinstance(c, _Append) else c for c in commands], slots, hints
+        return [c.command(sha) if isinstance(c, Append) else c for c in commands], slots, hints
 
     def _slot(self, key: str) -> int:
         """The key's Cluster slot; 0 on a standalone server, where any keys may go together."""
@@ -444,7 +329,7 @@ class RedisQueueBackend(QueueBackend):
         self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
     ) -> dict[QueueRef, list[Entry]]:
         """One READ script per Cluster slot and :data:`_READ_QUEUES` queues (see the script)."""
-        counts = _counts(requests, count)
+        counts = counts_of(requests, count)
         chunks = self._per_slot(counts, lambda q: self._queue_keys(q).slot, _READ_QUEUES)
         commands = [
             self._eval(
@@ -461,7 +346,7 @@ class RedisQueueBackend(QueueBackend):
         for chunk, reply in zip(chunks, replies, strict=True):
             for queue, flat in zip(chunk, reply, strict=True):
                 if flat:
-                    out[queue] = _entries(queue, flat)
+                    out[queue] = entries_of(queue, flat)
         return out
 
     async def backlog(self, queues: Sequence[QueueRef]) -> list[int]:
@@ -484,7 +369,7 @@ class RedisQueueBackend(QueueBackend):
         moved = await self._call(self._eval(self._promote, keys, (now_ms, limit)), "promote_due")
         if moved:
             log.debug("promoted %d due jobs of %s", moved, group)
-            await self._send_hints(_Hints.ready_of(group), "promote_due")
+            await self._send_hints(Hints.ready_of(group), "promote_due")
         return int(moved)
 
     async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
@@ -501,7 +386,7 @@ class RedisQueueBackend(QueueBackend):
         reply = await self._call(self._eval(self._schedule, keys, args), "schedule")
         self._fenced_result(reply, group, epoch, "schedule")
         if items:
-            hints = _Hints()
+            hints = Hints()
             hints.add(str(group), min(int(job.due_ms) for job in items))
             await self._send_hints(hints, "schedule")
 
@@ -514,7 +399,7 @@ class RedisQueueBackend(QueueBackend):
         if limit <= 0:
             return []
         command = ("ZRANGEBYSCORE", self._keys.due_index(), "-inf", int(now_ms), "LIMIT", 0, limit)
-        return [_text(name) for name in await self._call(command, "due_groups")]
+        return [text(name) for name in await self._call(command, "due_groups")]
 
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Set the due-index entries of ``groups`` to their earliest delayed job (or remove them).
@@ -534,14 +419,14 @@ class RedisQueueBackend(QueueBackend):
         gone = [name for name, due in earliest.items() if due is None]
         commands: list[Command] = []
         if found:
-            commands.append(("ZADD", index, *_score_pairs(found)))
+            commands.append(("ZADD", index, *score_pairs(found)))
         if gone:
             commands.append(("ZREM", index, *gone))
         await self._pipeline(commands, "reindex_delayed")
         again = zip(names, await self._earliest_due(unique), strict=True)
         missed = {n: due for n, due in again if due is not None and due < found.get(n, due + 1)}
         if missed:
-            await self._pipeline([("ZADD", index, "LT", *_score_pairs(missed))], "reindex_delayed")
+            await self._pipeline([("ZADD", index, "LT", *score_pairs(missed))], "reindex_delayed")
 
     async def _earliest_due(self, groups: Sequence[GroupRef]) -> list[int | None]:
         """For each group, the due time of its earliest delayed job (None if there is none)."""
@@ -560,7 +445,7 @@ class RedisQueueBackend(QueueBackend):
     async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
         keys = (self._keys.epoch(group), self._keys.holder(group))
         reply = await self._call(self._eval(self._claim, keys, (epoch, holder)), "claim")
-        previous = _text(self._fenced_result(reply, group, epoch, "claim"))
+        previous = text(self._fenced_result(reply, group, epoch, "claim"))
         return previous not in ("", holder)
 
     async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
@@ -602,26 +487,12 @@ class RedisQueueBackend(QueueBackend):
         )
         if offset is None:
             return None
-        return Checkpoint(_offset(offset), int(epoch))
-
-    async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
-        keys = self._keys
-        script_keys = (keys.checkpoint(queue), keys.epoch(queue.group), keys.stream(queue))
-        command = self._eval(self._write_checkpoint, script_keys, (epoch, str(offset)))
-        reply = await self._call(command, "write_checkpoint")
-        self._fenced_result(reply, queue.group, epoch, f"checkpoint of {queue.priority}")
-
-    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
-        keys = self._keys
-        script_keys = (keys.stream(queue), keys.checkpoint(queue), keys.epoch(queue.group))
-        command = self._eval(self._trim, script_keys, (epoch, max(0, retain)))
-        reply = await self._call(command, "trim")
-        return int(self._fenced_result(reply, queue.group, epoch, f"trim of {queue.priority}"))
+        return Checkpoint(offset_of(offset), int(epoch))
 
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
     ) -> set[GroupRef]:
-        """Many :meth:`write_checkpoint` calls, (queue, offset, epoch) each, in one round trip.
+        """Many checkpoint writes, (queue, offset, epoch) each, in one round trip.
 
         One WRITE_CHECKPOINTS script per Cluster slot and 500 items, its arguments packed in one
         string: redis-py spends ~20 us of Python per pipelined command and ~1 us per argument,
@@ -632,14 +503,14 @@ class RedisQueueBackend(QueueBackend):
         return await self._fenced_batch(self._write_checkpoints, batch, "write_checkpoints")
 
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
-        """Many :meth:`trim` calls, (queue, epoch, retain) each, in one round trip.
+        """Many trims, (queue, epoch, retain) each, in one round trip.
 
         Returns the groups with a fenced item (those items trimmed nothing); never raises Fenced.
         """
         batch = [(q.group, self._queue_keys(q), f"{e} {max(0, r)}") for q, e, r in items]
         return await self._fenced_batch(self._trim_many, batch, "trim_many")
 
-    def _queue_keys(self, queue: QueueRef) -> _QueueKeys:
+    def _queue_keys(self, queue: QueueRef) -> QueueKeys:
         """The keys a batch script needs for ``queue``, cached: a worker commits the queues it
         owns every second, and spelling three keys costs more than the rest of the call."""
         known = self._key_cache.get(queue)
@@ -648,14 +519,12 @@ class RedisQueueBackend(QueueBackend):
                 self._key_cache.clear()
             k = self._keys
             stream = k.stream(queue)
-            known = _QueueKeys(
-                stream, k.checkpoint(queue), k.epoch(queue.group), self._slot(stream)
-            )
+            known = QueueKeys(stream, k.checkpoint(queue), k.epoch(queue.group), self._slot(stream))
             self._key_cache[queue] = known
         return known
 
     async def _fenced_batch(
-        self, script: AsyncScript, batch: Sequence[_BatchItem], what: str
+        self, script: AsyncScript, batch: Sequence[BatchItem], what: str
     ) -> set[GroupRef]:
         """Run ``script`` over ``batch`` per slot; the groups of the items it reports fenced."""
         chunks = self._per_slot(batch, lambda item: item[1].slot)
@@ -696,7 +565,7 @@ class RedisQueueBackend(QueueBackend):
         letters: Sequence[DeadLetter],
         retention: DlqRetention = DLQ_DEFAULTS,
     ) -> None:
-        args: list[Any] = [epoch, *_retention_args(retention)]
+        args: list[Any] = [epoch, *retention_args(retention)]
         for d in letters:
             status = "" if d.status is None else d.status
             args += (d.priority.value, d.payload, d.error, status, d.attempts, d.failed_at_ms)
@@ -708,7 +577,7 @@ class RedisQueueBackend(QueueBackend):
     async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
         keys = self._keys
         commands = [
-            self._eval(self._trim_dead, (keys.dlq(g), keys.epoch(g)), (e, *_retention_args(r)))
+            self._eval(self._trim_dead, (keys.dlq(g), keys.epoch(g)), (e, *retention_args(r)))
             for g, e, r in items
         ]
         return sum(int(n) for n in await self._pipeline(commands, "trim_dead"))
@@ -716,37 +585,37 @@ class RedisQueueBackend(QueueBackend):
     async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
         if limit <= 0:
             return []
-        start = "-" if after is None else f"({_dlq_id(after)}"
+        start = "-" if after is None else f"({dlq_id(after)}"
         command = ("XRANGE", self._keys.dlq(group), start, "+", "COUNT", limit)
-        return [_dead_letter(id_, f) for id_, f in await self._call(command, "list_dead")]
+        return [dead_letter_of(id_, f) for id_, f in await self._call(command, "list_dead")]
 
     async def replay_dead(self, group: GroupRef, ids: Sequence[str] | None, limit: int) -> int:
         if limit <= 0 or (ids is not None and not ids):
             return 0
-        args = [limit, *(_dlq_id(i) for i in ids or ())]
+        args = [limit, *(dlq_id(i) for i in ids or ())]
         keys = (self._keys.dlq(group), *self._group_streams(group))
         command = self._eval(self._replay, keys, args)
         # Not re-sent: a second run would move up to ``limit`` more letters than asked for.
         moved = int(await self._call(command, "replay_dead", repeatable=False))
         log.info("replayed %d dead letters of %s", moved, group)
         if moved:
-            await self._send_hints(_Hints.ready_of(group), "replay_dead")
+            await self._send_hints(Hints.ready_of(group), "replay_dead")
         return moved
 
     # ------------------------------------------------------------------ hints for the workers
 
-    def _hint_commands(self, hints: _Hints) -> list[Command]:
+    def _hint_commands(self, hints: Hints) -> list[Command]:
         """The due-index and ready-signal writes of ``hints``: single-key global commands."""
         commands: list[Command] = []
         if hints.due:
-            commands.append(("ZADD", self._keys.due_index(), "LT", *_score_pairs(hints.due)))
+            commands.append(("ZADD", self._keys.due_index(), "LT", *score_pairs(hints.due)))
         if hints.ready:
             names = "\n".join(hints.ready)
             ready = self._keys.ready()
             commands.append(("XADD", ready, "MAXLEN", "~", READY_MAXLEN, "*", "g", names))
         return commands
 
-    async def _send_hints(self, hints: _Hints, what: str) -> None:
+    async def _send_hints(self, hints: Hints, what: str) -> None:
         """Send ``hints`` after the writes they announce; a failure only delays the work."""
         commands = self._hint_commands(hints)
         if not commands:
@@ -772,8 +641,8 @@ class RedisQueueBackend(QueueBackend):
         block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
         try:
             async with asyncio.timeout(max(0.0, timeout_s) + _BLOCK_GRACE_S):
-                with _translated("wait_ready"):
-                    after = await self._ready_tail(key) if cursor is None else _cursor(cursor)
+                with translated("wait_ready"):
+                    after = await self._ready_tail(key) if cursor is None else cursor_of(cursor)
                     reply = await self._blocking.xread({key: after}, max(1, count), block)
         except TimeoutError as e:  # the server took the command but never answered
             self.health.failed(f"no answer to a blocking read of {key}")
@@ -782,12 +651,12 @@ class RedisQueueBackend(QueueBackend):
             self.health.failed(e.message)
             raise
         self.health.ok()
-        return _ready_names(reply, after)
+        return ready_names(reply, after)
 
     async def _ready_tail(self, key: str) -> str:
         """The newest signal's id, or ``0-0`` if none: every later signal sorts after it."""
         newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
-        return _text(newest[0][0]) if newest else "0-0"
+        return text(newest[0][0]) if newest else "0-0"
 
     async def aclose(self) -> None:
         if self._closed:
@@ -798,199 +667,6 @@ class RedisQueueBackend(QueueBackend):
                 await self._blocking.aclose()
         finally:
             await self._client.aclose()
-
-
-class _Append:
-    """The plain items of one APPEND call: its streams (KEYS) and (key index, payload) pairs."""
-
-    __slots__ = ("args", "index", "keys", "positions")
-
-    def __init__(self, index: int) -> None:
-        self.index = index  # of the command in the pipeline
-        self.keys: list[str] = []
-        self.positions: dict[str, int] = {}  # stream -> its 1-based index in KEYS
-        self.args: list[Any] = []
-
-    def add(self, stream: str, payload: bytes) -> int:
-        """Add one payload; returns where its offset will be in the reply."""
-        position = self.positions.get(stream)
-        if position is None:
-            self.keys.append(stream)
-            position = self.positions[stream] = len(self.keys)
-        self.args += (position, payload)
-        return len(self.args) // 2 - 1
-
-    def command(self, sha: str) -> Command:
-        return ("EVALSHA", sha, len(self.keys), *self.keys, *self.args)
-
-
-class _Hints:
-    """What a write announces: groups with new jobs to read, and the due times of parked ones."""
-
-    __slots__ = ("due", "ready")
-
-    def __init__(self) -> None:
-        self.ready: dict[str, None] = {}  # group names, in order, once each
-        self.due: dict[str, int] = {}  # group name -> earliest due time parked by this write
-
-    @classmethod
-    def ready_of(cls, group: GroupRef) -> _Hints:
-        hints = cls()
-        hints.ready[str(group)] = None
-        return hints
-
-    def add(self, group: str, due_ms: int | None) -> None:
-        """Note a job appended to ``group`` (``due_ms`` None) or parked until ``due_ms``."""
-        if due_ms is None:
-            self.ready[group] = None
-        elif group not in self.due or due_ms < self.due[group]:
-            self.due[group] = int(due_ms)
-
-    def __repr__(self) -> str:
-        names = [*self.ready, *(n for n in self.due if n not in self.ready)]
-        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
-        return ", ".join(names[:5]) + more
-
-
-def _score_pairs(scores: Mapping[str, int]) -> list[Any]:
-    """``{member: score}`` as ZADD's ``score member ...`` arguments."""
-    return list(chain.from_iterable((score, member) for member, score in scores.items()))
-
-
-def _cursor(text: str) -> str:
-    """A ready-signal cursor given by a caller, checked to be a stream id."""
-    try:
-        return str(Offset.parse(text))
-    except ValueError:
-        raise InvalidInput("cursor", f"not a ready-signal cursor: {text!r}") from None
-
-
-def _counts(
-    requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
-) -> dict[QueueRef, int]:
-    """Each queue's read count (one for all, or per queue); queues asking none are left out."""
-    if isinstance(count, int):
-        return dict.fromkeys(requests, count) if count > 0 else {}
-    return {q: n for q in requests if (n := count.get(q, 0)) > 0}
-
-
-def _ready_names(reply: Any, cursor: str) -> tuple[str, list[str]]:
-    """(the last signal's id or ``cursor``, the group names it carried) from an XREAD reply."""
-    streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
-    names: dict[str, None] = {}
-    for entries in streams:
-        for id_, fields in entries:
-            cursor = _text(id_)
-            names.update(dict.fromkeys(_text(fields[b"g"]).split("\n")))
-    return cursor, list(names)
-
-
-def _blocking_twin(client: Client) -> Client:
-    """A client for blocking reads with ``client``'s settings but no socket timeout.
-
-    Only a standalone client's pool says how to make one; a Cluster client is returned itself.
-    """
-    if isinstance(client, RedisCluster):
-        return client
-    pool = client.connection_pool
-    kwargs = {**pool.connection_kwargs, "socket_timeout": None}
-    twin_pool = aioredis.ConnectionPool(connection_class=pool.connection_class, **kwargs)
-    return aioredis.Redis.from_pool(twin_pool)  # the twin owns (and closes) its pool
-
-
-def _entries(queue: QueueRef, flat: list[Any]) -> list[Entry]:
-    """A READ reply's ``offset, payload, offset, ...`` as entries."""
-    if None in flat:  # as XRANGE's reply would have, looking the payload up
-        raise KeyError(f"an entry of {queue} has no field 'd': not a queue entry")
-    pairs = iter(flat)
-    return [Entry(_offset(id_), payload) for id_, payload in zip(pairs, pairs, strict=True)]
-
-
-def _put_result(item: PutItem, reply: Any) -> PutResult:
-    if not isinstance(reply, list):  # a plain XADD answers with the new id
-        return PutResult(item.job_id, offset=_offset(reply))
-    kind, value = reply
-    if kind == _PUT_DUPLICATE:
-        return PutResult(_text(value), duplicate=True)
-    if kind == _PUT_DELAYED:
-        return PutResult(item.job_id)
-    return PutResult(item.job_id, offset=_offset(value))
-
-
-def _check_acknowledged(replicas: int, wanted: int, timeout_ms: int) -> None:
-    """Raise BackendUnavailable unless WAIT reported ``wanted`` replicas."""
-    if replicas < wanted:
-        raise BackendUnavailable(
-            f"jobs written to the Redis primary but acknowledged by {replicas} of {wanted} "
-            f"replicas within {timeout_ms} ms: they are possibly stored; retry with the same "
-            "idempotency_key to avoid a duplicate"
-        )
-
-
-def _conf(config: Mapping[Any, Any], name: str) -> str:
-    """One CONFIG GET value, whatever the client decoded."""
-    value = config.get(name, config.get(name.encode(), b""))
-    return _text(value)
-
-
-def _retention_args(retention: DlqRetention) -> tuple[int, int]:
-    return max(0, retention.max_entries), max(0, round(retention.max_age_s * 1000))
-
-
-def _dlq_id(text: str) -> str:
-    """A DLQ id given by a user, checked so it cannot change the meaning of a range."""
-    try:
-        return str(Offset.parse(text))
-    except ValueError:
-        raise InvalidInput("id", f"not a dead letter id: {text!r}") from None
-
-
-def _dead_letter(id_: bytes, fields: Mapping[bytes, bytes]) -> DeadLetter:
-    status = fields.get(b"status", b"")
-    return DeadLetter(
-        id=_text(id_),
-        priority=Priority(_text(fields[b"priority"])),
-        payload=fields[b"payload"],
-        error=_text(fields.get(b"error", b"")),
-        status=int(status) if status else None,
-        attempts=int(fields.get(b"attempts", b"0")),
-        failed_at_ms=int(fields.get(b"failed_at", b"0")),
-    )
-
-
-def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
-    """The redis-py client options EMQ uses (``opts`` override them), for every client it makes.
-
-    * ``maint_notifications_config`` off: redis-py 8 leaves it ``"auto"``, which its pool
-      reads as on, and then skips checking a pooled connection before lending it; after a
-      restart every pooled connection was lent closed and failed its next command (the API
-      answered 503 for minutes, a worker's claim failed). EMQ runs its own Redis, which sends
-      no maintenance notifications.
-    * TCP keepalive (idle 10 s, then 3 probes 5 s apart): a connection whose server vanished
-      without closing it (host crash, partition) breaks within ~25 s instead of hanging.
-    * ``retry``: a standalone client never re-sends a command by itself (``from_url`` made one
-      that doesn't either, but implicitly): the backend knows which calls may be repeated and
-      does it (:meth:`RedisQueueBackend._pipeline`). A Cluster client retries moved slots,
-      connection errors and CLUSTERDOWN with jittered exponential backoff (50 ms up to 1 s,
-      10 times: ~6 s, a failover's election with ``cluster-node-timeout 5000``), re-learning
-      the topology in between: that is how it follows a failover.
-    """
-    keepalive: dict[int, int] = {}
-    for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
-        if hasattr(socket, name):  # Linux names; other systems keep their defaults
-            keepalive[getattr(socket, name)] = value
-    base: dict[str, Any] = {
-        "max_connections": DEFAULT_MAX_CONNECTIONS,
-        "maint_notifications_config": MaintNotificationsConfig(enabled=False),
-        "socket_keepalive": True,
-        "socket_keepalive_options": keepalive,
-        "socket_connect_timeout": 5.0,
-    }
-    if cluster:
-        base["retry"] = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 10)
-    else:
-        base["retry"] = Retry(NoBackoff(), 0)
-    return base | opts
 
 
 async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> RedisQueueBackend:

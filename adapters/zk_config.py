@@ -12,24 +12,8 @@ its version node, so "something changed" needs one watch per namespace, never on
 ``update_topic`` is compare-and-set on the topic node's version, retried with jittered backoff
 and then given up as :class:`~emq.core.errors.ConfigConflict`.
 
-**Mirrors (the cache).** One per namespace for topics and one for tenants, made on first use::
-
-    ARMING --DataWatch set--> LOADING --full reload--> LIVE --version bumped--> DIRTY
-      ^ (ZooKeeper down: retry)                         ^                      |
-      |                                                 +-------refresh--------+
-    every state --aclose()--> CLOSED    (a failed refresh stays DIRTY, retries with a full reload)
-
-The DataWatch callback runs on a kazoo thread and only hands the bump (its data and version)
-to the loop with ``loop.call_soon_threadsafe``; refreshes run on the event loop with kazoo's
-async calls, all requests of a phase in flight at once (a large batch is sent and decoded in a
-worker thread, so a full reload never stalls the loop for long). Each bump's data names the
-topic (or tenant) it changed, so when a notification's version follows the last one seen, the
-refresh re-reads just those nodes. A gap in versions (a burst between two notifications, a
-reconnection) or a failure means a full reload: kazoo answers some 6-7 k reads/s, so a full
-reload of 10 000 topics takes about 2 s, and a per-change reload would not keep the bound on
-large namespaces. A mirror waits ``coalesce_s`` after being marked dirty before it refreshes,
-and bumps arriving during a refresh mark it dirty once more, so a burst of changes costs one or
-two refreshes. A watcher is only woken when the map actually changed.
+**Mirrors (the cache)**: one per namespace for topics and one for tenants, made on first use
+(:mod:`adapters.zk_mirror`).
 
 **Staleness.** A change made by another process reaches the mirror after one watch notification,
 the coalescing pause and one refresh: about 60 ms for a single change while the session is
@@ -39,381 +23,73 @@ is sent, remembered in the mirror's overlay, and dropped once a refresh that rea
 was sent after it has landed; ZooKeeper answers one session's requests in order, so that refresh
 saw it.
 
-**Sessions.** kazoo errors are translated at this seam: lost connection, expired session and
-time-outs become :class:`~emq.core.errors.BackendUnavailable`, a missing node ``NotFound``, an
-existing one ``AlreadyExists``. While disconnected, a mirror keeps answering from its last state
-(availability over freshness: the 2 s bound then becomes "2 s after the session is back"), and
-a miss or a write fails with ``BackendUnavailable``: at once while the session is not connected
-(kazoo would hold the request until it reconnects), within ``request_timeout_s`` if the server
-stops answering a live connection. kazoo's DataWatch re-reads its node on reconnection, also
-after a session expiry, and a failed refresh retries every 2 s at most, so mirrors catch up.
+**Sessions.** kazoo errors are translated at the kazoo seam (:mod:`adapters.zk`): lost
+connection, expired session and time-outs become :class:`~emq.core.errors.BackendUnavailable`,
+here a missing node ``NotFound``, an existing one ``AlreadyExists``. While disconnected, a
+mirror keeps answering from its last state (availability over freshness: the 2 s bound then
+becomes "2 s after the session is back"), and a miss or a write fails with
+``BackendUnavailable``: at once while the session is not connected (kazoo would hold the
+request until it reconnects), within ``request_timeout_s`` if the server stops answering a live
+connection. kazoo's DataWatch re-reads its node on reconnection, also after a session expiry,
+and a failed refresh retries every 2 s at most, so mirrors catch up.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import dataclasses
 import itertools
-import json
 import logging
 import random
 from collections.abc import (
-    AsyncGenerator,
     AsyncIterator,
-    Awaitable,
     Callable,
-    Iterator,
     Mapping,
     Sequence,
 )
 from functools import partial
-from types import MappingProxyType
-from typing import Any, Generic, TypeVar
+from typing import Any, TypeVar
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import (  # type: ignore[import-untyped]
     BadVersionError,
-    NoAuthError,
     NodeExistsError,
     NoNodeError,
-    RolledBackError,
 )
 from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
 from kazoo.recipe.watchers import DataWatch  # type: ignore[import-untyped]
 
+from adapters import zk
+from adapters.zk_codec import (
+    check_same_ref,
+    decode_all,
+    decode_one,
+    decode_tenant,
+    decode_topic,
+    encode_tenant,
+    encode_topic,
+    existing,
+    sort_key,
+    tenant_of,
+    topic_of,
+)
+from adapters.zk_mirror import Mirror
 from emq.core.errors import (
     AlreadyExists,
     BackendUnavailable,
     ConfigConflict,
-    InvalidInput,
     NotFound,
 )
 from emq.core.interfaces import ConfigStore
-from emq.core.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
+from emq.core.model import Namespace, Tenant, Topic, TopicRef
 from emq.core.naming import ZkPaths
-from emq.core.threads import call_soon, settle
 
 log = logging.getLogger(__name__)
 
 K = TypeVar("K")
 V = TypeVar("V")
 
-# Outcomes the callers give a meaning to; every other kazoo error means "ZooKeeper unavailable".
-NO_AUTH_HINT = (
-    "the node's ACL wants other credentials (set EMQ_ZK_AUTH to the ones the EMQ tree was "
-    "secured with)"
-)
-_MEANINGFUL = (NoNodeError, NodeExistsError, BadVersionError)
-_DECODE_ERRORS = (ValueError, KeyError, TypeError)
-_RETRY_FIELDS = tuple(f.name for f in dataclasses.fields(RetryPolicy))
-_TOPIC_SCALARS = (
-    "qps",
-    "groups",
-    "endpoint_concurrency",
-    "max_backlog",
-    "paused",
-    "secret",
-    "dlq_max_entries",  # (absent from topics stored before DLQ retention: the defaults)
-    "dlq_max_age_s",
-)
 _ON_LOOP_MAX = 64  # reads sent and decoded on the event loop; larger batches go to a thread
-
-
-# --------------------------------------------------------------------------- JSON codec
-
-
-def _dump(value: Mapping[str, Any]) -> bytes:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True).encode()
-
-
-def encode_tenant(tenant: Tenant) -> bytes:
-    """The JSON stored at a tenant's node (the token only as its SHA-256)."""
-    return _dump(dataclasses.asdict(tenant))
-
-
-def decode_tenant(name: str, raw: bytes) -> Tenant:
-    """A tenant from its node; the node's name is authoritative. Raises ValueError and kin."""
-    d = json.loads(raw)
-    return Tenant(
-        name=name,
-        display_name=str(d.get("display_name", "")),
-        token_sha256=str(d.get("token_sha256", "")),
-        created_at=float(d.get("created_at", 0.0)),
-    )
-
-
-def encode_topic(topic: Topic) -> bytes:
-    """The JSON stored at a topic's node: every field but ``ref``, which is the node's path."""
-    d: dict[str, Any] = {name: getattr(topic, name) for name in _TOPIC_SCALARS}
-    d["retry"] = topic.retry.to_dict()
-    d["priority_mode"] = topic.priority_mode.value
-    return _dump(d)
-
-
-def decode_topic(ref: TopicRef, raw: bytes) -> Topic:
-    """A topic from its node. Unknown keys are ignored (a newer writer); missing ones default."""
-    d = json.loads(raw)
-    retry = d.get("retry", {})
-    return Topic(
-        ref=ref,
-        retry=RetryPolicy(**{k: retry[k] for k in _RETRY_FIELDS if k in retry}),
-        priority_mode=PriorityMode(d.get("priority_mode", PriorityMode.STRICT.value)),
-        **{k: d[k] for k in _TOPIC_SCALARS if k in d},
-    )
-
-
-def _sort_key(ref: TopicRef) -> tuple[str, str, str]:
-    return (ref.namespace.value, ref.tenant, ref.topic)
-
-
-def _topic_of(ns: Namespace, bump: bytes) -> TopicRef | None:
-    """The topic a bump of ``ns``'s config-version names (its data is ``ns/tenant/topic``)."""
-    parts = bump.decode(errors="replace").split("/")
-    if len(parts) != 3 or parts[0] != ns.value:
-        return None
-    return TopicRef(ns, parts[1], parts[2])
-
-
-def _tenant_of(bump: bytes) -> str | None:
-    """The tenant a bump of tenants-version names (its data is the tenant's name)."""
-    return bump.decode(errors="replace") or None
-
-
-def _existing(found: Mapping[K, V | None]) -> dict[K, V]:
-    return {k: v for k, v in found.items() if v is not None}
-
-
-def check_same_ref(before: Topic, after: Topic) -> Topic:
-    """Refuse a change that would move a topic to another name (it would fork the topic)."""
-    if after.ref != before.ref:
-        raise InvalidInput("ref", f"a change may not rename topic {before.ref} to {after.ref}")
-    return after
-
-
-# --------------------------------------------------------------------------- kazoo ↔ asyncio
-
-
-async def _thread_to_the_end(fn: Callable[[], None]) -> None:
-    """Run ``fn`` in a thread; if we are cancelled meanwhile, wait for the thread, then re-raise.
-
-    For kazoo's start: one left running after its caller gave up the start lock would race
-    ``aclose()``'s stop and close (kazoo's start stops and closes the client on a time-out).
-    """
-    task = asyncio.ensure_future(asyncio.to_thread(fn))
-    try:
-        await asyncio.shield(task)
-    except asyncio.CancelledError:
-        await asyncio.wait([task])
-        if not task.cancelled():
-            task.exception()  # retrieved: the cancellation is what our caller gets
-        raise
-
-
-def _unavailable(error: Exception, what: str) -> BackendUnavailable:
-    """The seam's translation of every kazoo error that is not a caller's business."""
-    if isinstance(error, NoAuthError):
-        return BackendUnavailable(f"ZooKeeper refused access while {what}: {NO_AUTH_HINT}")
-    return BackendUnavailable(f"ZooKeeper failed while {what}: {type(error).__name__} {error}")
-
-
-def _check(outcome: object, what: str) -> Any:
-    """The value of an outcome; a meaningful kazoo error is re-raised, others translated."""
-    if isinstance(outcome, _MEANINGFUL):
-        raise outcome
-    if isinstance(outcome, Exception):
-        raise _unavailable(outcome, what) from outcome
-    return outcome
-
-
-@contextlib.contextmanager
-def _skip_unreadable(path: str) -> Iterator[None]:
-    """In a bulk load, skip a corrupt node loudly: one must not blind every reader."""
-    try:
-        yield
-    except _DECODE_ERRORS as e:
-        log.warning("skipping unreadable config node %s: %s", path, e)
-
-
-def _decode_all(
-    what: str,
-    keys: Sequence[K],
-    paths: Sequence[str],
-    outcomes: Sequence[object],
-    decode: Callable[[K, bytes], V],
-) -> dict[K, V | None]:
-    """Decode a batch of reads: None for a missing (or unreadable) node."""
-    found: dict[K, V | None] = {}
-    for key, path, outcome in zip(keys, paths, outcomes, strict=True):
-        found[key] = None
-        if not isinstance(outcome, NoNodeError):  # else: deleted since we listed it
-            data, _stat = _check(outcome, what)
-            with _skip_unreadable(path):
-                found[key] = decode(key, data)
-    return found
-
-
-def _decode(path: str, decode: Callable[[Any, bytes], V], key: Any, data: bytes) -> V:
-    try:
-        return decode(key, data)
-    except _DECODE_ERRORS as e:
-        raise BackendUnavailable(f"unreadable config node {path}: {e}") from e
-
-
-# --------------------------------------------------------------------------- the cache
-
-
-class _Mirror(Generic[K, V]):
-    """A map kept fresh by one DataWatch on a version node (see the module docstring)."""
-
-    def __init__(
-        self,
-        name: str,
-        *,
-        arm: Callable[[Callable[..., bool | None]], Awaitable[None]],
-        load_all: Callable[[], Awaitable[dict[K, V]]],
-        load_some: Callable[[list[K]], Awaitable[dict[K, V | None]]],
-        key_of: Callable[[bytes], K | None],
-        issued: Callable[[], int],
-        coalesce_s: float,
-        retry_s: float,
-    ) -> None:
-        self.name = name
-        self._arm, self._load_all, self._load_some = arm, load_all, load_some
-        self._key_of, self._issued = key_of, issued
-        self._coalesce_s, self._retry_s = coalesce_s, retry_s
-        self._loaded: dict[K, V] = {}
-        self._overlay: dict[K, tuple[int, V]] = {}  # own writes/reads a reload has not seen yet
-        self._installed_seq = -1  # when the last full reload was sent
-        self._last_version: int | None = None  # of the version node, as last notified
-        self._full = True  # the next refresh must reload everything
-        self._failures = 0  # consecutive failed refreshes
-        self._changed: set[K] = set()  # else: the keys named by consecutive bumps
-        self._published: Mapping[K, V] | None = None  # read-only view of _published_view
-        self._published_view: dict[K, V] | None = None
-        self._subscribers: set[asyncio.Event] = set()
-        self._dirty = asyncio.Event()
-        self._closed = False
-        self._loop = asyncio.get_running_loop()
-        self._task = asyncio.create_task(self._run(), name=f"zk-config-mirror-{name}")
-
-    def get(self, key: K) -> V | None:
-        """The cached value, or None (not cached yet, or not existing)."""
-        held = self._overlay.get(key)
-        return held[1] if held is not None else self._loaded.get(key)
-
-    def note(self, key: K, value: V, seq: int) -> None:
-        """Remember what this process wrote (or read) by request number ``seq``."""
-        if seq <= self._installed_seq:
-            return  # the installed reload was sent after it, so it already holds this or newer
-        held = self._overlay.get(key)
-        if held is None or held[0] < seq:
-            self._overlay[key] = (seq, value)
-
-    def on_version(self, data: bytes | None, stat: Any, _event: object = None) -> bool | None:
-        """DataWatch callback, on a kazoo thread: it must not block, so it only wakes the loop."""
-        version = None if stat is None else int(stat.version)
-        if self._closed or not call_soon(self._loop, self._bumped, data, version):
-            return False  # tells kazoo to drop the watch
-        return None
-
-    def _bumped(self, data: bytes | None, version: int | None) -> None:
-        # The bump's data names what changed. Only a bump right after the last one we saw
-        # says everything that changed; after a gap (a burst, a reconnection) reload it all.
-        key = self._key_of(data) if data else None
-        last = self._last_version
-        if key is None or version is None or last is None or version != last + 1:
-            self._full = True
-        else:
-            self._changed.add(key)
-        self._last_version = version
-        self._dirty.set()
-
-    async def snapshots(self) -> AsyncGenerator[Mapping[K, V], None]:
-        """The whole map once loaded, then again after every change (latest only)."""
-        wake = asyncio.Event()
-        self._subscribers.add(wake)
-        try:
-            last: Mapping[K, V] | None = None
-            while not self._closed:
-                current = self._published
-                if current is not None and current is not last:
-                    last = current
-                    yield current
-                    continue
-                await wake.wait()
-                wake.clear()
-        finally:
-            self._subscribers.discard(wake)
-
-    async def aclose(self) -> None:
-        """End every snapshot iterator and the refresh task."""
-        self._closed = True
-        for wake in self._subscribers:
-            wake.set()
-        self._task.cancel()
-        await asyncio.wait([self._task])  # not "await task": our own cancellation must propagate
-
-    async def _run(self) -> None:
-        await self._arm(self.on_version)  # its first callback marks us dirty: the first load
-        while True:
-            await self._dirty.wait()
-            if self._published is not None:  # the first load is awaited by someone: no pause
-                await asyncio.sleep(self._coalesce_s)  # let the rest of a burst land first
-            self._dirty.clear()
-            await self._refresh()
-
-    async def _refresh(self) -> None:
-        full, changed = self._full, sorted(self._changed, key=str)
-        self._full, self._changed = False, set()
-        started = self._issued()  # everything sent up to here is visible to the reads below
-        try:
-            if full:
-                self._install_all(await self._load_all(), started)
-            else:
-                self._install_some(await self._load_some(changed), started)
-        except BackendUnavailable as e:
-            level = logging.DEBUG if self._failures else logging.WARNING  # once per outage
-            log.log(level, "config mirror %s: refresh failed, retrying: %s", self.name, e)
-        except Exception:
-            log.exception("config mirror %s: refresh failed unexpectedly, retrying", self.name)
-        else:
-            if self._failures:
-                log.info("config mirror %s: refreshed again", self.name)
-            self._failures = 0
-            return
-        self._full = True  # whatever we missed meanwhile, a full reload catches up
-        self._failures += 1
-        # Capped at 2 s so that, once ZooKeeper is back, the mirror catches up within the bound.
-        await asyncio.sleep(min(2.0, self._retry_s * 2 ** (self._failures - 1)))
-        self._dirty.set()
-
-    def _install_all(self, loaded: dict[K, V], started: int) -> None:
-        self._loaded = loaded
-        self._installed_seq = started
-        self._overlay = {k: held for k, held in self._overlay.items() if held[0] > started}
-        self._publish()
-
-    def _install_some(self, changed: dict[K, V | None], started: int) -> None:
-        for key, value in changed.items():
-            if value is None:
-                self._loaded.pop(key, None)
-            else:
-                self._loaded[key] = value
-            held = self._overlay.get(key)
-            if held is not None and held[0] <= started:  # only keys this refresh read
-                del self._overlay[key]
-        self._publish()
-
-    def _publish(self) -> None:
-        view = {**self._loaded, **{k: v for k, (_, v) in self._overlay.items()}}
-        if view == self._published_view:
-            return  # a watcher is woken only by a real change
-        self._published_view = view
-        self._published = MappingProxyType(view)
-        log.debug("config mirror %s: %d entries", self.name, len(view))
-        for wake in self._subscribers:
-            wake.set()
 
 
 # --------------------------------------------------------------------------- the store
@@ -448,9 +124,9 @@ class ZkConfigStore(ConfigStore):
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
-        self._seq = 0  # numbers every request sent, for read-your-writes (see _Mirror.note)
-        self._tenant_mirror: _Mirror[str, Tenant] | None = None
-        self._topic_mirrors: dict[Namespace, _Mirror[TopicRef, Topic]] = {}
+        self._seq = 0  # numbers every request sent, for read-your-writes (see Mirror.note)
+        self._tenant_mirror: Mirror[str, Tenant] | None = None
+        self._topic_mirrors: dict[Namespace, Mirror[TopicRef, Topic]] = {}
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -474,13 +150,13 @@ class ZkConfigStore(ConfigStore):
         if self._closed:
             return
         self._closed = True
-        mirrors: list[_Mirror[Any, Any]] = [*self._topic_mirrors.values()]
+        mirrors: list[Mirror[Any, Any]] = [*self._topic_mirrors.values()]
         if self._tenant_mirror is not None:
             mirrors.append(self._tenant_mirror)
         await asyncio.gather(*(m.aclose() for m in mirrors))
         async with self._start_lock:  # a start in progress finishes before we stop the client
             if self._owns_client:
-                await asyncio.to_thread(self._stop_client)
+                await zk.stop(self._client)
 
     async def ping(self) -> None:
         """One round trip; ``BackendUnavailable`` at once if the session is not connected."""
@@ -498,24 +174,7 @@ class ZkConfigStore(ConfigStore):
         if self._client.client_state != KeeperState.CLOSED:
             return  # started by our caller, who also stops it
         self._owns_client = True
-        try:
-            await _thread_to_the_end(self._start_blocking)
-        except Exception as e:
-            hosts = ",".join(f"{host}:{port}" for host, port in self._client.hosts)
-            raise BackendUnavailable(
-                f"cannot connect to ZooKeeper at {hosts}: {type(e).__name__} {e}"
-            ) from e
-
-    def _start_blocking(self) -> None:
-        try:
-            self._client.start(self._connect_timeout_s)
-        except Exception:
-            self._client.stop()  # or kazoo may keep connecting in the background
-            raise
-
-    def _stop_client(self) -> None:
-        self._client.stop()
-        self._client.close()
+        await zk.start(self._client, self._connect_timeout_s)
 
     async def _ensure_layout(self) -> None:
         p = self._paths
@@ -523,7 +182,7 @@ class ZkConfigStore(ConfigStore):
         paths += [x for ns in Namespace for x in (p.topics(ns), p.config_version(ns))]
         outcomes = await self._settle("creating the layout", [self._ensure_async(x) for x in paths])
         for outcome in outcomes:
-            _check(outcome, "creating the layout")
+            zk.check(outcome, "creating the layout")
 
     def _ensure_async(self, path: str) -> Any:
         return self._client.ensure_path_async(path)
@@ -542,7 +201,7 @@ class ZkConfigStore(ConfigStore):
             error = failed[1]
             if isinstance(error, NodeExistsError):
                 raise AlreadyExists(f"tenant {tenant.name!r} exists already") from error
-            raise _unavailable(error, f"creating tenant {tenant.name}") from error
+            raise zk.unavailable(error, f"creating tenant {tenant.name}") from error
         log.info("created tenant %s", tenant.name)
         self._tenants_mirror().note(tenant.name, tenant, seq)
 
@@ -559,7 +218,7 @@ class ZkConfigStore(ConfigStore):
             data, _stat = await self._one(f"reading tenant {name}", self._client.get_async(path))
         except NoNodeError as e:
             raise NotFound(f"tenant {name!r} does not exist") from e
-        tenant = _decode(path, decode_tenant, name, data)
+        tenant = decode_one(path, decode_tenant, name, data)
         mirror.note(name, tenant, seq)
         return tenant
 
@@ -592,7 +251,7 @@ class ZkConfigStore(ConfigStore):
             if isinstance(error, NodeExistsError):
                 raise AlreadyExists(f"topic {ref} exists already") from error
             if not (first_try and isinstance(error, NoNodeError)):
-                raise _unavailable(error, f"creating topic {ref}") from error
+                raise zk.unavailable(error, f"creating topic {ref}") from error
             # The tenant's first topic in this namespace: its parent node does not exist yet.
             tenant_dir = self._paths.tenant_topics(ref.namespace, ref.tenant)
             await self._one(f"creating {tenant_dir}", self._ensure_async(tenant_dir))
@@ -629,7 +288,7 @@ class ZkConfigStore(ConfigStore):
         """The namespace's topics (one tenant's if given), sorted, read from ZooKeeper."""
         await self._ready()
         topics = await self._load_topics(namespace, tenant)
-        return [topics[ref] for ref in sorted(topics, key=_sort_key)]
+        return [topics[ref] for ref in sorted(topics, key=sort_key)]
 
     async def watch_topics(self, namespace: Namespace) -> AsyncIterator[Mapping[TopicRef, Topic]]:
         """The whole topic map of ``namespace`` once loaded, then after every change.
@@ -650,7 +309,7 @@ class ZkConfigStore(ConfigStore):
             data, stat = await self._one(f"reading topic {ref}", self._client.get_async(path))
         except NoNodeError as e:
             raise NotFound(f"topic {ref} does not exist") from e
-        return _decode(path, decode_topic, ref, data), stat.version
+        return decode_one(path, decode_topic, ref, data), stat.version
 
     async def _write_topic(self, topic: Topic, version: int) -> bool:
         """Write ``topic`` if its node is still at ``version``; False if someone was first."""
@@ -668,7 +327,7 @@ class ZkConfigStore(ConfigStore):
             return False
         if isinstance(error, NoNodeError):
             raise NotFound(f"topic {ref} does not exist") from error
-        raise _unavailable(error, f"updating topic {ref}") from error
+        raise zk.unavailable(error, f"updating topic {ref}") from error
 
     def _note_topic(self, topic: Topic, seq: int) -> None:
         # A process that writes config serves it too (the API): what it wrote is cached at once,
@@ -679,7 +338,7 @@ class ZkConfigStore(ConfigStore):
 
     async def _load_tenants(self) -> dict[str, Tenant]:
         names = await self._children(self._paths.tenants())
-        return _existing(await self._fetch_tenants(names))
+        return existing(await self._fetch_tenants(names))
 
     async def _fetch_tenants(self, names: list[str]) -> dict[str, Tenant | None]:
         return await self._fetch("reading tenants", names, self._paths.tenant, decode_tenant)
@@ -694,8 +353,8 @@ class ZkConfigStore(ConfigStore):
         refs: list[TopicRef] = []
         for t, outcome in zip(tenants, listings, strict=True):
             if not isinstance(outcome, NoNodeError):
-                refs += [TopicRef(ns, t, n) for n in _check(outcome, f"listing topics of {t}")]
-        return _existing(await self._fetch_topics(refs))
+                refs += [TopicRef(ns, t, n) for n in zk.check(outcome, f"listing topics of {t}")]
+        return existing(await self._fetch_topics(refs))
 
     async def _fetch_topics(self, refs: list[TopicRef]) -> dict[TopicRef, Topic | None]:
         return await self._fetch("reading topics", refs, self._paths.topic, decode_topic)
@@ -712,12 +371,12 @@ class ZkConfigStore(ConfigStore):
         get = self._client.get_async
         if len(paths) <= _ON_LOOP_MAX:
             outcomes = await self._settle(what, [get(p) for p in paths])
-            return _decode_all(what, keys, paths, outcomes, decode)
+            return decode_all(what, keys, paths, outcomes, decode)
         # kazoo sends some 10 k requests/s and decoding costs too: a full reload of a large
         # namespace would stall the loop (the API's hot path) for seconds if done here.
         pending = await asyncio.to_thread(lambda: [get(p) for p in paths])
         outcomes = await self._settle(what, pending)
-        return await asyncio.to_thread(_decode_all, what, keys, paths, outcomes, decode)
+        return await asyncio.to_thread(decode_all, what, keys, paths, outcomes, decode)
 
     async def _children(self, path: str) -> list[str]:
         try:
@@ -728,31 +387,31 @@ class ZkConfigStore(ConfigStore):
 
     # ----------------------------------------------------------------- mirrors
 
-    def _tenants_mirror(self) -> _Mirror[str, Tenant]:
+    def _tenants_mirror(self) -> Mirror[str, Tenant]:
         if self._closed:
             raise BackendUnavailable("the ZooKeeper config store is closed")
         if self._tenant_mirror is None:
-            self._tenant_mirror = _Mirror(
+            self._tenant_mirror = Mirror(
                 "tenants",
                 arm=partial(self._arm_watch, self._paths.tenants_version()),
                 load_all=self._load_tenants,
                 load_some=self._fetch_tenants,
-                key_of=_tenant_of,
+                key_of=tenant_of,
                 **self._mirror_options(),
             )
         return self._tenant_mirror
 
-    def _topics_mirror(self, ns: Namespace) -> _Mirror[TopicRef, Topic]:
+    def _topics_mirror(self, ns: Namespace) -> Mirror[TopicRef, Topic]:
         if self._closed:
             raise BackendUnavailable("the ZooKeeper config store is closed")
         mirror = self._topic_mirrors.get(ns)
         if mirror is None:
-            mirror = self._topic_mirrors[ns] = _Mirror(
+            mirror = self._topic_mirrors[ns] = Mirror(
                 f"topics/{ns.value}",
                 arm=partial(self._arm_watch, self._paths.config_version(ns)),
                 load_all=partial(self._load_topics, ns),
                 load_some=self._fetch_topics,
-                key_of=partial(_topic_of, ns),
+                key_of=partial(topic_of, ns),
                 **self._mirror_options(),
             )
         return mirror
@@ -785,26 +444,15 @@ class ZkConfigStore(ConfigStore):
         return self._seq
 
     async def _settle(self, what: str, pending: Sequence[Any]) -> list[object]:
-        try:
-            return await settle(pending, self._request_timeout_s)
-        except TimeoutError as e:
-            raise BackendUnavailable(
-                f"ZooKeeper did not answer within {self._request_timeout_s:g} s while {what}"
-            ) from e
+        return await zk.settle(pending, what, self._request_timeout_s)
 
     async def _one(self, what: str, pending: Any) -> Any:
         """One kazoo call's value; NoNode/NodeExists/BadVersion are raised as kazoo's errors."""
-        [outcome] = await self._settle(what, [pending])
-        return _check(outcome, what)
+        return await zk.one(pending, what, self._request_timeout_s)
 
-    async def _commit(self, tx: Any, what: str) -> tuple[int, Exception] | None:
+    async def _commit(self, tx: Any, what: str) -> tuple[int, BaseException] | None:
         """Commit a transaction; None on success, else the failed operation and its error."""
-        results = await self._one(what, tx.commit_async())
-        for index, result in enumerate(results):
-            # ZooKeeper reports the operations before the failed one as rolled back.
-            if isinstance(result, Exception) and not isinstance(result, RolledBackError):
-                return index, result
-        return None
+        return zk.failed_op(await self._one(what, tx.commit_async()))
 
 
 async def connect(

@@ -31,7 +31,7 @@ from typing import Any
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]
 
-from allocator import zk
+from adapters import zk
 from emq.core.errors import BackendUnavailable
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 
-from allocator import zk
+from adapters import zk
 from allocator.document import Entry
 from emq.core.model import Namespace
 from emq.core.naming import ZkPaths

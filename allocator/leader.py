@@ -40,7 +40,7 @@ from typing import Any
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import BadVersionError, NoNodeError  # type: ignore[import-untyped]
 
-from allocator import zk
+from adapters import zk
 from allocator.assign import assign
 from allocator.document import Document, advance, next_generation, same_groups
 from allocator.settings import FleetSettings

@@ -16,7 +16,7 @@ from typing import Any
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]
 
-from allocator import zk
+from adapters import zk
 from allocator.document import Document
 from allocator.election import ordered
 from emq.core.errors import BackendUnavailable
@@ -119,14 +119,14 @@ class ZkFleetView(FleetView):
             if self._client is None:
                 client = self._new_client(hosts=self._hosts, timeout=self._session_timeout_s)
                 try:
-                    await asyncio.to_thread(client.start, self._timeout_s)
-                except Exception as e:
-                    await asyncio.to_thread(client.close)
-                    raise zk.unavailable(e, "connecting") from e
+                    await zk.start(client, self._timeout_s)
+                except BaseException:
+                    await zk.stop(client)
+                    raise
                 self._client = client
             return self._client
 
     async def aclose(self) -> None:
         client, self._client = self._client, None
         if client is not None:
-            await asyncio.to_thread(lambda: (client.stop(), client.close()))
+            await zk.stop(client)

@@ -2,15 +2,12 @@
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable
-
 import redis.asyncio as aioredis
-from kazoo.client import KazooClient  # type: ignore[import-untyped]
-from kazoo.security import make_digest_acl  # type: ignore[import-untyped]
 
+from adapters import zk
+from adapters.redis_conn import client_options
 from adapters.redis_history import RedisHistoryStore
-from adapters.redis_queue import RedisQueueBackend, client_options
+from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
@@ -64,29 +61,16 @@ async def _require_fsync_always(queues: RedisQueueBackend) -> None:
             )
 
 
-def zk_client_factory(settings: Settings) -> Callable[..., KazooClient]:
-    """How every EMQ process makes its ZooKeeper clients: ``KazooClient`` itself, or, with
-    ``EMQ_ZK_AUTH`` set, one that authenticates with the digest credentials (and the previous
-    ones while rotating) and creates every node with ACLs granting all to those identities only
-    (kazoo applies ``default_acl`` to every create, transactions and ensure_path included)."""
-    credentials = settings.zk_credentials()
-    if not credentials:
-        return KazooClient  # type: ignore[no-any-return]
-    return functools.partial(
-        KazooClient,
-        auth_data=[("digest", c) for c in credentials],
-        default_acl=zk_acl(settings),
-    )
+def zk_client_factory(settings: Settings) -> zk.ClientFactory:
+    """How every EMQ process makes its ZooKeeper clients: with ``EMQ_ZK_AUTH`` set, ones that
+    authenticate with the digest credentials (and the previous ones while rotating) and create
+    every node with ACLs granting all to those identities only (see :mod:`adapters.zk`)."""
+    return zk.client_factory(settings.zk_credentials())
 
 
 def zk_acl(settings: Settings) -> list[object]:
-    """The ACL of EMQ's nodes under ``EMQ_ZK_AUTH`` (and ``EMQ_ZK_PREVIOUS_AUTH``): all
-    permissions to each digest identity, nothing to anyone else."""
-    acl = []
-    for credential in settings.zk_credentials():
-        user, _, password = credential.partition(":")
-        acl.append(make_digest_acl(user, password, all=True))
-    return acl
+    """The ACL of EMQ's nodes under ``EMQ_ZK_AUTH`` (and ``EMQ_ZK_PREVIOUS_AUTH``)."""
+    return zk.digest_acl(settings.zk_credentials())
 
 
 async def open_config(settings: Settings) -> ConfigStore:

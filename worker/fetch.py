@@ -51,7 +51,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
-from emq.core.interfaces import QueueBackend
+from emq.core.interfaces import GroupOwner
 from emq.core.model import QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
@@ -74,7 +74,7 @@ Read = tuple[GroupState, int, QueueRef, int, int]
 class Fetcher:
     def __init__(
         self,
-        queues: QueueBackend,
+        queues: GroupOwner,
         settings: WorkerSettings,
         groups: Mapping[str, GroupState],
         on_jobs: Callable[[GroupState], None],
@@ -119,6 +119,16 @@ class Fetcher:
     def signal(self, group: GroupState) -> None:
         group.mark_hot()
         self.want(group)
+
+    def pause(self, paused: bool) -> None:
+        """Stop (True) or restart (False) reading from the store; buffered jobs stay.
+
+        Restarting wakes the fetch loop, which sleeps until something is wanted."""
+        if paused == self.paused:
+            return
+        self.paused = paused
+        if not paused:
+            self._wakeup.set()
 
     def _maybe_resume(self) -> None:
         """Queue the groups the budget cut once it has room again (below RESUME_AT)."""

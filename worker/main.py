@@ -14,7 +14,7 @@ import socket
 from aiohttp import web
 
 from emq.core.errors import ConfigError
-from emq.core.interfaces import AssignmentSource, ConfigStore, HistoryStore, QueueBackend
+from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
 from emq.core.model import Namespace
 from worker.metrics import WorkerMetrics
 from worker.push import PushExecutor
@@ -120,7 +120,7 @@ def health_response(worker: Worker) -> web.Response:
     paused by an outage are listed (they resume within a second of Redis answering).
     """
     redis = worker.queues.health
-    body = {
+    body: dict[str, object] = {
         "status": "ok" if redis.up else "unavailable",
         "worker": worker.id,
         "groups": len(worker.groups),
@@ -137,7 +137,7 @@ async def run_worker(
     namespace: Namespace,
     settings: WorkerSettings,
     *,
-    queues: QueueBackend,
+    queues: GroupOwner,
     config: ConfigStore,
     assignment: AssignmentSource,
     history: HistoryStore | None,
@@ -176,11 +176,7 @@ async def run_worker(
             host = settings.metrics_host
             host = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
             assignment.advertise({"metrics": f"{host}:{port}"})
-        follow = (
-            asyncio.create_task(assignment.run())
-            if assignment_task and hasattr(assignment, "run")
-            else None
-        )
+        follow = asyncio.create_task(assignment.run()) if assignment_task else None
         print(f"emq worker {worker_id} running", flush=True)
         try:
             await worker.run(stop)

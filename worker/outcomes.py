@@ -24,7 +24,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from emq.core.errors import BackendUnavailable, Fenced
-from emq.core.interfaces import DeadLetter, PushResult, QueueBackend, Scheduled
+from emq.core.interfaces import DeadLetter, GroupOwner, PushResult, Scheduled
 from emq.core.model import Envelope
 from worker.groups import Buffered, GroupState
 from worker.outage import Outage
@@ -45,7 +45,7 @@ class Outcomes:
 
     def __init__(
         self,
-        queues: QueueBackend,
+        queues: GroupOwner,
         finish: Callable[[GroupState, Buffered], None],
         drop: Callable[[GroupState, str], None],
         *,

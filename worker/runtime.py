@@ -8,24 +8,22 @@ claimed by another worker: buffers forgotten, nothing written). A fenced claim i
 
 A claim makes this process the group's holder in the store; a release removes it. Every
 HOLD_CHECK_S the worker checks its holds in one round trip and tells the assignment source the
-store vouches for the rest until the check's send time + HOLD_VALID_S (see allocator.fleet).
+store vouches for the rest until the check's send time + HOLD_VALID_S (:mod:`worker.holds`).
 
 Tasks: topic watch, assignment follower, hold checker, fetcher (+ ready-signal listener, due-job
 promoter, sweeper), dispatcher, the sender pool (:mod:`worker.senders`: a fixed number counted
 against the send limit, more while pushes wait on slow endpoints), the outcome writer, the
-checkpointer, the trimmer (removes delivered entries of every queue that moved, see
-:meth:`Worker.trim`), the history recorder, metrics. Shutdown, in the order STYLE.md gives: stop
-fetching, let the dispatcher drain the buffers within the grace period, wait for in-flight pushes
-(then cancel them), write pending retries, the final checkpoint and trim (shielded), release
-every group.
+checkpointer and the trimmers (:class:`worker.committer.Committer`: delivered entries of every
+queue that moved, aged dead letters), the history recorder, metrics. Shutdown, in the order
+STYLE.md gives: stop fetching, let the dispatcher drain the buffers within the grace period, wait
+for in-flight pushes (then cancel them), write pending retries, the final checkpoint and trim
+(shielded), release every group.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
 import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
@@ -34,20 +32,21 @@ from capacity import split_quota
 from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.core.interfaces import (
     AssignmentSource,
-    Checkpoint,
     ConfigStore,
+    GroupOwner,
     HistoryStore,
     OwnedGroups,
     Pusher,
     PushRequest,
     PushResult,
-    QueueBackend,
 )
-from emq.core.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
+from emq.core.model import GroupRef, Namespace, Topic, TopicRef
+from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
+from worker.holds import CONTESTED_WAIT_S, Holds
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
@@ -64,14 +63,6 @@ MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at leas
 
 CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
-# Holds (see allocator.fleet, Vouching): every HOLD_CHECK_S the worker asks the store whether it
-# still holds its groups; a check vouches for HOLD_VALID_S from its send time. A contested claim
-# waits out a former holder's last word: HOLD_VALID_S, plus a margin for clocks and scheduling.
-HOLD_CHECK_S = 0.25
-# 0.6 s: two checks may be missed before a cut-off worker pauses; a shorter word shortens the
-# contested wait, which every recovery from a killed worker pays (issue 11: session + 2 s).
-HOLD_VALID_S = 0.6
-CONTESTED_WAIT_S = HOLD_VALID_S + 0.4
 
 
 class Worker:
@@ -81,7 +72,7 @@ class Worker:
         namespace: Namespace,
         settings: WorkerSettings,
         *,
-        queues: QueueBackend,
+        queues: GroupOwner,
         config: ConfigStore,
         assignment: AssignmentSource,
         pusher: Pusher,
@@ -120,17 +111,12 @@ class Worker:
             keyed_done=self.dispatcher.keyed_done,
         )
         self._govern_at = 0.0
-        self._dirty: set[GroupState] = set()  # groups with finished jobs since the checkpoint
+        self.committer = Committer(queues, settings, self.groups, self.outage, self._drop)
+        self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        # Queues whose committed offset moved (and was written) since their last trim, with the
-        # group that moved them; trimmed every trim_interval_s, so a queue that went quiet
-        # loses its delivered entries as surely as a busy one.
-        self._to_trim: dict[QueueRef, GroupState] = {}
-        self._moved: dict[QueueRef, GroupState] = {}  # moved, checkpoint not yet written
         self.owned_generation = -1
-        # This process as a holder of groups: a restarted worker with the same id is another one.
-        self.holder = f"{worker_id}/{os.getpid()}/{secrets.token_hex(4)}"
+        self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -140,7 +126,7 @@ class Worker:
         self.metrics.send_limit.set(self._sends.limit)
         self._start("topics", self._watch_topics())
         self._start("assignment", self._follow_assignment())
-        self._start("holds", self._check_holds())
+        self._start("holds", self.holds.check_loop())
         self._start("fetch", self.fetcher.run())
         self._start("signals", self.fetcher.listen())
         self._start("promote", self.fetcher.promote())
@@ -148,10 +134,10 @@ class Worker:
         self._start("dispatch", self._dispatch_loop())
         self._start("senders", self.senders.run())
         self._start("outcomes", self.outcomes.run())
-        self._start("checkpoint", self._checkpoint_loop())
+        self._start("checkpoint", self.committer.checkpoint_loop())
         if self.settings.retain_entries >= 0:
-            self._start("trim", self._trim_loop())
-        self._start("dlq-trim", self._trim_dead_loop())
+            self._start("trim", self.committer.trim_loop())
+        self._start("dlq-trim", self.committer.trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         failed = asyncio.ensure_future(self._first_failure())
@@ -218,7 +204,7 @@ class Worker:
             log.warning(
                 "final checkpoint not written (%s): entries after it will be redelivered", e
             )
-        await self._release_holds(list(self.groups.values()))
+        await self.holds.release(list(self.groups.values()))
         for g in list(self.groups.values()):
             await self.assignment.release(g.ref, g.epoch)
         log.info("worker %s stopped", self.id)
@@ -298,7 +284,7 @@ class Worker:
                 # One name for every group's claim: an outage logs one warning, not thousands.
                 claimed = await self.outage.retry(
                     "group claims",
-                    lambda: self._claim_once(ref, epoch),
+                    lambda: self.holds.claim(ref, epoch),
                     give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
                 )
             except Fenced as e:
@@ -328,18 +314,11 @@ class Worker:
         topic.groups[ref.index] = group
         self.groups[str(ref)] = group
         self.fetcher.signal(group)
-        self._trim_later(group)
+        self.committer.trim_later(group)
 
     def _quota(self, topic: TopicState, ref: GroupRef) -> int:
         quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
         return quota[ref.index] if ref.index < len(quota) else 1
-
-    async def _claim_once(self, ref: GroupRef, epoch: int) -> tuple[bool, list[Checkpoint | None]]:
-        """Claim ``ref`` at ``epoch`` (claiming twice is harmless): whether a former holder never
-        let go, and the group's checkpoints (final: the claim fenced any former owner's writes)."""
-        contested = await self.queues.claim(ref, epoch, self.holder)
-        checkpoints = await asyncio.gather(*(self.queues.read_checkpoint(q) for q in ref.queues()))
-        return contested, list(checkpoints)
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
@@ -353,46 +332,16 @@ class Worker:
             await asyncio.sleep(0.02)
         await self.outcomes.flush()
         try:
-            await self._write_checkpoints([group])
+            await self.committer.write_checkpoints([group])
             await self.trim(group)
         except BackendUnavailable as e:
             log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
         if not group.dropped:  # (fenced meanwhile: DROPPED, its hold is another's now)
             group.released()  # before the await: a hold check meanwhile must not drop it
-            await self._let_go([group.ref])
+            await self.holds.let_go([group.ref])
         self._forget(group)
         await self.assignment.release(group.ref, group.epoch)
         log.info("released %s (epoch %d)", group.ref, group.epoch)
-
-    async def _release_holds(self, groups: list[GroupState]) -> None:
-        """We stopped touching ``groups``: their next owner need not wait (see _claim)."""
-        await self._let_go([g.ref for g in groups if not g.dropped])
-
-    async def _let_go(self, refs: list[GroupRef]) -> None:
-        if not refs:
-            return
-        try:
-            await self.queues.release_holds(refs, self.holder)
-        except BackendUnavailable as e:  # their next owner waits a little longer: harmless
-            log.warning("holds of %d group(s) not released (%s)", len(refs), e)
-
-    async def _check_holds(self) -> None:
-        """Every HOLD_CHECK_S: drop the groups another worker claimed since, and tell the
-        assignment the store vouches for the rest (see allocator.fleet, Vouching)."""
-        while True:
-            sent = time.monotonic()
-            groups = [g for g in self.groups.values() if not g.dropped]
-            try:
-                holds = [(g.ref, g.epoch) for g in groups]
-                lost = await self.queues.check_holds(holds, self.holder)
-            except BackendUnavailable as e:
-                log.debug("holds not checked: %s", e)
-            else:
-                for g in groups:
-                    if g.ref in lost:
-                        self._drop(g, "fenced: claimed by another worker")
-                self.assignment.vouched(sent + HOLD_VALID_S)
-            await asyncio.sleep(max(0.0, sent + HOLD_CHECK_S - time.monotonic()))
 
     def _forget(self, group: GroupState) -> None:
         """Unregister a RELEASED or DROPPED group."""
@@ -454,9 +403,7 @@ class Worker:
         while it vouches for our ownership (a fleet's lease), i.e. while we may dispatch."""
         fetch = self.assignment.may_fetch()
         if fetch == self.fetcher.paused:
-            self.fetcher.paused = not fetch
-            if fetch:
-                self.fetcher._wakeup.set()  # the fetch loop sleeps until woken
+            self.fetcher.pause(not fetch)
         return self.assignment.may_dispatch()
 
     async def _cleared(self, group: GroupState) -> bool:
@@ -546,109 +493,16 @@ class Worker:
             item.progress.finished(item.offset)
             self._dirty.add(group)
 
-    # ------------------------------------------------------------------ checkpoints
-
-    async def _checkpoint_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.checkpoint_interval_s)
-            try:
-                await self.checkpoint()
-            except BackendUnavailable as e:
-                self.outage.noted("checkpointer", e)  # on its own timer: the next tick retries
-            else:
-                self.outage.resumed("checkpointer")
+    # ------------------------------------------------------------------ progress in the store
 
     async def checkpoint(self) -> None:
-        """Write the committable offset of every queue that moved (one round trip)."""
-        groups = {g for g in self._dirty if not g.dropped}
-        self._dirty = set()
-        await self._write_checkpoints(list(groups))
-
-    async def _write_checkpoints(self, groups: list[GroupState]) -> None:
-        items = []
-        for g in groups:
-            for q, p in g.progress.items():
-                if p.committable() is not None:
-                    self._moved[q] = g
-                items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
-        if not items:
-            return
-        try:
-            fenced = await self.queues.write_checkpoints(items)
-        except BackendUnavailable:
-            self._dirty.update(groups)
-            raise
-        self._drop_fenced(fenced, "fenced at checkpoint")
-        for q, _, _ in items:
-            g = self._moved.pop(q, None)
-            if g is not None and not g.dropped:
-                self._to_trim[q] = g
-
-    # ------------------------------------------------------------------ trimming
-
-    async def _trim_loop(self) -> None:
-        while True:
-            await asyncio.sleep(self.settings.trim_interval_s)
-            try:
-                await self.trim()
-            except BackendUnavailable as e:
-                log.warning("trim failed (%s); will retry", e)
-
-    async def _trim_dead_loop(self) -> None:
-        """Age out the DLQs of owned groups: an append trims its DLQ, but a quiet one gets none."""
-        while True:
-            await asyncio.sleep(self.settings.dlq_trim_interval_s)
-            try:
-                await self.trim_dead()
-            except BackendUnavailable as e:
-                log.warning("DLQ trim failed (%s); will retry", e)
-
-    async def trim_dead(self) -> int:
-        """Trim every owned group's DLQ to its topic's retention, in one round trip."""
-        owned = [g for g in self.groups.values() if not g.dropped]
-        items = [(g.ref, g.epoch, g.topic.topic.dlq_retention) for g in owned]
-        removed = await self.queues.trim_dead(items) if items else 0
-        if removed:
-            log.info("removed %d dead letters past their topics' retention", removed)
-        return removed
+        """Write the committable offset of every queue that moved (see :class:`Committer`)."""
+        await self.committer.checkpoint()
 
     async def trim(self, group: GroupState | None = None) -> None:
-        """Remove the delivered entries (at or below the written checkpoint, but the newest
-        ``retain_entries``) of every queue that moved since its last trim, or only of
-        ``group``'s; one round trip, fenced by the owner epoch."""
-        if self.settings.retain_entries < 0:
-            self._to_trim.clear()
-            return
-        if group is None:
-            queues, self._to_trim = list(self._to_trim.items()), {}
-        else:  # a release: only its three queues (thousands may be released in a row)
-            mine = [q for q in group.ref.queues() if self._to_trim.get(q) is group]
-            queues = [(q, self._to_trim.pop(q)) for q in mine]
-        # A group let go since (released, fenced, or owned again under a new epoch) is skipped:
-        # its next owner trims it, and a fenced answer must not drop our newer ownership.
-        live = [(q, g) for q, g in queues if not g.dropped and self._owns(g)]
-        if not live:
-            return
-        retain = self.settings.retain_entries
-        try:
-            fenced = await self.queues.trim_many([(q, g.epoch, retain) for q, g in live])
-        except BackendUnavailable:
-            for q, g in live:
-                self._to_trim.setdefault(q, g)
-            raise
-        self._drop_fenced(fenced, "fenced at trim")
+        """Remove delivered entries (see :meth:`Committer.trim`)."""
+        await self.committer.trim(group)
 
-    def _trim_later(self, group: GroupState) -> None:
-        """Trim a newly claimed group at the next trim: a previous owner killed between its
-        checkpoint and its trim left delivered entries that no later move may ever come for."""
-        for q in group.ref.queues():
-            self._to_trim[q] = group
-
-    def _owns(self, group: GroupState) -> bool:
-        return self.groups.get(str(group.ref)) is group
-
-    def _drop_fenced(self, refs: set[GroupRef], reason: str) -> None:
-        for ref in refs:
-            group = self.groups.get(str(ref))
-            if group is not None:
-                self._drop(group, reason)
+    async def trim_dead(self) -> int:
+        """Age out the DLQs of owned groups (see :meth:`Committer.trim_dead`)."""
+        return await self.committer.trim_dead()

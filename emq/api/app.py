@@ -49,12 +49,12 @@ from emq.core.errors import (
     RequestTimeout,
 )
 from emq.core.interfaces import (
+    ApiQueues,
     ConfigStore,
     DeadLetter,
     FleetState,
     FleetView,
     HistoryStore,
-    QueueBackend,
 )
 from emq.core.model import (
     DLQ_LIMITS,
@@ -149,7 +149,7 @@ class Api:
         settings: Settings,
         api: ApiSettings,
         config: ConfigStore,
-        queues: QueueBackend,
+        queues: ApiQueues,
         metrics: ApiMetrics,
         history: HistoryStore | None = None,
         fleet: FleetView | None = None,
@@ -505,7 +505,7 @@ def make_app(
     settings: Settings,
     api: ApiSettings,
     config: ConfigStore,
-    queues: QueueBackend,
+    queues: ApiQueues,
     history: HistoryStore | None = None,
     fleet: FleetView | None = None,
 ) -> web.Application:

@@ -20,7 +20,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from emq.core.errors import BacklogFull, InvalidInput
-from emq.core.interfaces import ConfigStore, PutItem, QueueBackend
+from emq.core.interfaces import ConfigStore, JobProducer, PutItem
 from emq.core.model import (
     PRIORITIES,
     Envelope,
@@ -71,7 +71,7 @@ class BacklogGuard:
     in between, raised by what this process accepted, so it errs towards refusing early.
     """
 
-    def __init__(self, queues: QueueBackend, refresh_s: float = 1.0) -> None:
+    def __init__(self, queues: JobProducer, refresh_s: float = 1.0) -> None:
         self._queues = queues
         self._refresh_s = refresh_s
         self._counts: dict[TopicRef, tuple[float, int]] = {}
@@ -115,7 +115,7 @@ class Enqueuer:
     def __init__(
         self,
         config: ConfigStore,
-        queues: QueueBackend,
+        queues: JobProducer,
         *,
         limits: JobLimits | None = None,
         guard: BacklogGuard | None = None,
@@ -169,7 +169,7 @@ class Enqueuer:
         return next(spread) % groups
 
 
-async def topic_backlog(queues: QueueBackend, topic: Topic) -> dict[str, object]:
+async def topic_backlog(queues: JobProducer, topic: Topic) -> dict[str, object]:
     """Backlog per priority and per group, and delayed jobs: the 'show topic' numbers."""
     groups = topic.group_refs()
     counts = await queues.backlog([q for g in groups for q in g.queues()])

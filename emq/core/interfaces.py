@@ -1,7 +1,10 @@
 """The seams: small abstract classes that ``adapters``, ``allocator`` and ``worker`` implement.
 
 * :class:`QueueBackend` — physical queues as append-only logs with offsets, checkpoints guarded
-  by an owner epoch, backlog and trimming (``adapters``: Redis standalone/Cluster, in-memory).
+  by an owner epoch, backlog and trimming (``adapters``: Redis standalone/Cluster, in-memory),
+  seen by its users through one role each: :class:`JobProducer` (put, count what waits),
+  :class:`GroupOwner` (a worker: claim, read, checkpoint, trim, retry, dead-letter),
+  :class:`DeadLetterAdmin` (list and replay dead letters); :class:`ApiQueues` is the API's two.
 * :class:`ConfigStore` — tenants and topics, versioned and watchable (``adapters``: ZooKeeper,
   in-memory).
 * :class:`AssignmentSource` — which groups this worker owns, with their epochs (``allocator``:
@@ -21,7 +24,7 @@ import time
 from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import NamedTuple, Self
+from typing import NamedTuple, Protocol, Self
 
 from emq.core.model import (
     DLQ_DEFAULTS,
@@ -39,7 +42,7 @@ _OFFSET_RE = re.compile(r"^(\d+)-(\d+)$")
 
 
 class Offset(NamedTuple):
-    """A position in a physical queue: ``ms-seq`` (the shape of a Redis stream id).
+    """A position in a physical queue: ``ms-seq`` (milliseconds, then a sequence within them).
 
     Offsets grow strictly within a queue; :data:`ZERO_OFFSET` is before the first entry. A
     named tuple rather than a dataclass: every fetched job's offset is made, hashed and compared
@@ -185,38 +188,24 @@ class BackendHealth:
         return f"unavailable for {time.monotonic() - self.down_since:.1f} s: {self.error}"
 
 
-class QueueBackend(AsyncResource):
-    """Physical queues: append-only logs addressed by :class:`Offset`, grouped by hash tag.
+class QueueProbe(Protocol):
+    """What every role may ask of the queue store: is it there?"""
 
-    Besides the three logs, each group has a delayed set (jobs not yet due), a dead-letter log,
-    per-queue checkpoints and an owner epoch. Writes made on behalf of the group's owner
-    (checkpoints, trims, dead letters) carry the owner's epoch and are refused with
-    :class:`~emq.core.errors.Fenced` when a newer owner has claimed the group.
-
-    Errors: :class:`~emq.core.errors.BackendUnavailable` when the store cannot be reached.
-    """
-
-    health: BackendHealth = BackendHealth()  # replaced per instance by backends that track it
+    health: BackendHealth  # what the store's recent calls found (for health endpoints)
 
     @abc.abstractmethod
     async def ping(self) -> None:
         """Check the store answers; ``BackendUnavailable`` if it does not."""
 
+
+class JobProducer(QueueProbe, Protocol):
+    """What the API needs to accept jobs and show a topic: put, and count what waits."""
+
     @abc.abstractmethod
     async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
-        """Store each item (pipelined across queues); results are in the order of ``items``.
+        """Store each item (many queues per call); results are in the order of ``items``.
 
         When it returns, every stored item is durable (as durable as the store's persistence).
-        """
-
-    @abc.abstractmethod
-    async def read(
-        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
-    ) -> dict[QueueRef, list[Entry]]:
-        """Read up to ``count`` entries after each given offset, many queues per round trip.
-
-        ``count`` is one for every queue, or each queue's own (a queue missing from it, or
-        asking 0, is not read). Queues with nothing new are left out of the result.
         """
 
     @abc.abstractmethod
@@ -227,12 +216,34 @@ class QueueBackend(AsyncResource):
     async def delayed(self, groups: Sequence[GroupRef]) -> list[int]:
         """For each group, how many jobs wait in its delayed set."""
 
-    @abc.abstractmethod
-    async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
-        """Move up to ``limit`` delayed jobs due at ``now_ms`` into their queues; returns how many.
 
-        Atomic per job: a job is either still delayed or appended once, never both.
+class DeadLetterAdmin(QueueProbe, Protocol):
+    """What an operator needs of a group's dead letters: list them, send them back."""
+
+    @abc.abstractmethod
+    async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
+        """Up to ``limit`` dead letters of the group, oldest first, after the id ``after``."""
+
+    @abc.abstractmethod
+    async def replay_dead(self, group: GroupRef, ids: Sequence[str] | None, limit: int) -> int:
+        """Move dead letters (the given ids, or the oldest ``limit``) back into their queues.
+
+        Atomic per letter; returns how many were moved.
         """
+
+
+class ApiQueues(JobProducer, DeadLetterAdmin, Protocol):
+    """What the HTTP API holds: it accepts jobs, shows topics and administers dead letters."""
+
+
+class GroupOwner(QueueProbe, Protocol):
+    """What the owner of groups (a worker) needs: claim and fence, read, checkpoint and trim,
+    promote delayed jobs, schedule retries, write and age dead letters, learn which groups got
+    work.
+
+    Every write made on behalf of the owner carries its epoch and is refused (``Fenced``, or
+    reported in the returned set of fenced groups) once a newer owner has claimed the group.
+    """
 
     @abc.abstractmethod
     async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
@@ -248,7 +259,7 @@ class QueueBackend(AsyncResource):
     async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
         """``holder`` stopped touching ``groups`` for good: the next claim is not contested.
 
-        Only a group ``holder`` still holds is changed; one round trip.
+        Only a group ``holder`` still holds is changed.
         """
 
     @abc.abstractmethod
@@ -258,7 +269,17 @@ class QueueBackend(AsyncResource):
         """Of ``(group, epoch)`` claimed by ``holder``, the groups claimed since by another
         holder or at a newer epoch (a group with no holder recorded is not counted as lost).
 
-        One round trip however many groups: a worker asks several times a second.
+        Cheap however many groups: a worker asks several times a second.
+        """
+
+    @abc.abstractmethod
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        """Read up to ``count`` entries after each given offset, many queues per call.
+
+        ``count`` is one for every queue, or each queue's own (a queue missing from it, or
+        asking 0, is not read). Queues with nothing new are left out of the result.
         """
 
     @abc.abstractmethod
@@ -266,20 +287,30 @@ class QueueBackend(AsyncResource):
         """The queue's committed checkpoint, or ``None`` if nothing was ever committed."""
 
     @abc.abstractmethod
-    async def write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
-        """Commit ``offset`` for the owner holding ``epoch``.
+    async def write_checkpoints(
+        self, items: Sequence[tuple[QueueRef, Offset, int]]
+    ) -> set[GroupRef]:
+        """Commit each ``(queue, offset, epoch)``; returns the groups whose writes were fenced
+        (and did nothing); never raises ``Fenced``.
 
-        Raises :class:`~emq.core.errors.Fenced` if the group's current epoch is newer than ``epoch``
-        (a former owner must not move the offset). An offset below the committed one is ignored:
-        checkpoints never move backwards.
+        An offset below the committed one is ignored: checkpoints never move backwards.
         """
 
     @abc.abstractmethod
-    async def trim(self, queue: QueueRef, epoch: int, retain: int) -> int:
-        """Drop entries at or below the checkpoint, keeping the newest ``retain`` of those.
+    async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
+        """For each ``(queue, epoch, retain)``, drop the entries at or below the checkpoint,
+        keeping the newest ``retain`` of those; returns the fenced groups (trimmed nothing)."""
 
-        Guarded by ``epoch`` like a checkpoint write. Returns how many entries were dropped.
+    @abc.abstractmethod
+    async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
+        """Move up to ``limit`` delayed jobs due at ``now_ms`` into their queues; returns how many.
+
+        Atomic per job: a job is either still delayed or appended once, never both.
         """
+
+    @abc.abstractmethod
+    async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
+        """Park jobs in the group's delayed set until due (retries); guarded by ``epoch``."""
 
     @abc.abstractmethod
     async def dead_letter(
@@ -297,39 +328,11 @@ class QueueBackend(AsyncResource):
 
     @abc.abstractmethod
     async def trim_dead(self, items: Sequence[tuple[GroupRef, int, DlqRetention]]) -> int:
-        """Trim each group's DLQ to its retention, (group, epoch, retention) each, in one round
-        trip; how many letters were removed. Lets a quiet DLQ (no new letter trims it) age out.
+        """Trim each group's DLQ to its retention, (group, epoch, retention) each; how many
+        letters were removed. Lets a quiet DLQ (no new letter trims it) age out.
 
         A fenced item (a newer owner claimed the group) removes nothing; never raises Fenced.
         """
-
-    @abc.abstractmethod
-    async def list_dead(self, group: GroupRef, after: str | None, limit: int) -> list[DeadLetter]:
-        """Up to ``limit`` dead letters of the group, oldest first, after the id ``after``."""
-
-    @abc.abstractmethod
-    async def replay_dead(self, group: GroupRef, ids: Sequence[str] | None, limit: int) -> int:
-        """Move dead letters (the given ids, or the oldest ``limit``) back into their queues.
-
-        Atomic per letter; returns how many were moved.
-        """
-
-    @abc.abstractmethod
-    async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
-        """Park jobs in the group's delayed set until due (retries); guarded by ``epoch``."""
-
-    @abc.abstractmethod
-    async def write_checkpoints(
-        self, items: Sequence[tuple[QueueRef, Offset, int]]
-    ) -> set[GroupRef]:
-        """Many ``(queue, offset, epoch)`` checkpoint writes in one round trip.
-
-        Returns the groups whose writes were fenced (and did nothing); never raises ``Fenced``.
-        """
-
-    @abc.abstractmethod
-    async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
-        """Many ``(queue, epoch, retain)`` trims in one round trip; returns the fenced groups."""
 
     @abc.abstractmethod
     async def wait_ready(
@@ -348,6 +351,21 @@ class QueueBackend(AsyncResource):
     @abc.abstractmethod
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Refresh the due index of these groups from their delayed sets."""
+
+
+class QueueBackend(JobProducer, DeadLetterAdmin, GroupOwner, AsyncResource):
+    """Physical queues: append-only logs addressed by :class:`Offset`, in every role.
+
+    Besides the three logs, each group has a delayed set (jobs not yet due), a dead-letter log,
+    per-queue checkpoints and an owner epoch. Adapters implement this whole class; callers are
+    typed against the one role they use (:class:`JobProducer` / :class:`ApiQueues` for the API,
+    :class:`GroupOwner` for a worker, :class:`DeadLetterAdmin` for operators), and only the
+    composition root, which opens and closes the store, holds a ``QueueBackend``.
+
+    Errors: :class:`~emq.core.errors.BackendUnavailable` when the store cannot be reached.
+    """
+
+    health: BackendHealth = BackendHealth()  # replaced per instance by backends that track it
 
 
 class ConfigStore(AsyncResource):
@@ -418,6 +436,12 @@ class AssignmentSource(AsyncResource):
     @abc.abstractmethod
     async def release(self, group: GroupRef, epoch: int) -> None:
         """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
+
+    async def run(self) -> None:
+        """Follow the coordinator until cancelled: the worker runs it as a task beside itself.
+
+        A source that has nothing to follow returns at once."""
+        return None
 
     def advertise(self, info: Mapping[str, str]) -> None:
         """Publish ``info`` about this worker (``{"metrics": "host:port"}``) where the fleet's

@@ -25,6 +25,7 @@ from emq.core.model import DlqRetention, GroupRef, Namespace, Priority, QueueRef
 from emq.core.naming import RedisKeys
 from emq.stack import free_port
 from tests.adapters.conftest import IDEMPOTENCY_WINDOW_S, Subject
+from tests.adapters.owner_ops import trim, write_checkpoint
 
 HIGH, MEDIUM, LOW = Priority.HIGH, Priority.MEDIUM, Priority.LOW
 
@@ -223,14 +224,14 @@ async def test_checkpoints_only_move_forward(backend: QueueBackend) -> None:
     offsets = await put_n(backend, q, 5)
     assert await backend.read_checkpoint(q) is None
     await backend.claim(q.group, 1)
-    await backend.write_checkpoint(q, offsets[2], 1)
+    await write_checkpoint(backend, q, offsets[2], 1)
     ckpt = await backend.read_checkpoint(q)
     assert ckpt is not None and (ckpt.offset, ckpt.epoch) == (offsets[2], 1)
-    await backend.write_checkpoint(q, offsets[1], 1)  # backwards: ignored
-    await backend.write_checkpoint(q, offsets[2], 1)  # same: ignored
+    await write_checkpoint(backend, q, offsets[1], 1)  # backwards: ignored
+    await write_checkpoint(backend, q, offsets[2], 1)  # same: ignored
     assert (await backend.read_checkpoint(q)).offset == offsets[2]  # type: ignore[union-attr]
     await backend.claim(q.group, 2)
-    await backend.write_checkpoint(q, offsets[4], 2)
+    await write_checkpoint(backend, q, offsets[4], 2)
     ckpt = await backend.read_checkpoint(q)
     assert ckpt is not None and (ckpt.offset, ckpt.epoch) == (offsets[4], 2)
     assert await backend.read_checkpoint(q.group.queue(HIGH)) is None
@@ -240,13 +241,13 @@ async def test_a_fenced_owner_changes_nothing(backend: QueueBackend) -> None:
     q = queue()
     offsets = await put_n(backend, q, 6)
     await backend.claim(q.group, 1)
-    await backend.write_checkpoint(q, offsets[3], 1)
+    await write_checkpoint(backend, q, offsets[3], 1)
     await backend.claim(q.group, 2)
     await backend.claim(q.group, 2)  # re-claiming the current epoch is fine
     with pytest.raises(Fenced):
-        await backend.write_checkpoint(q, offsets[5], 1)
+        await write_checkpoint(backend, q, offsets[5], 1)
     with pytest.raises(Fenced):
-        await backend.trim(q, 1, 0)
+        await trim(backend, q, 1, 0)
     with pytest.raises(Fenced):
         await backend.dead_letter(q.group, 1, [letter(MEDIUM, b"x")])
     with pytest.raises(Fenced):
@@ -257,7 +258,7 @@ async def test_a_fenced_owner_changes_nothing(backend: QueueBackend) -> None:
     assert await backend.list_dead(q.group, None, 10) == []
     assert await backend.backlog([q]) == [2]
     other = queue("other")  # fencing is per group
-    await backend.write_checkpoint(other, Offset(1, 0), 1)
+    await write_checkpoint(backend, other, Offset(1, 0), 1)
 
 
 # --------------------------------------------------------------------------- backlog and trim
@@ -268,13 +269,13 @@ async def test_backlog_before_and_after_checkpoints_and_trims(backend: QueueBack
     assert await backend.backlog([q, idle]) == [0, 0]
     offsets = await put_n(backend, q, 10)
     assert await backend.backlog([q, idle]) == [10, 0]
-    await backend.write_checkpoint(q, offsets[3], 1)
+    await write_checkpoint(backend, q, offsets[3], 1)
     assert await backend.backlog([q]) == [6]
-    assert await backend.trim(q, 1, 0) == 4
+    assert await trim(backend, q, 1, 0) == 4
     assert await backend.backlog([q]) == [6]
-    await backend.write_checkpoint(q, offsets[9], 1)
+    await write_checkpoint(backend, q, offsets[9], 1)
     assert await backend.backlog([q]) == [0]
-    assert await backend.trim(q, 1, 0) == 6
+    assert await trim(backend, q, 1, 0) == 6
     more = await put_n(backend, q, 3)
     assert more[0] > offsets[-1]  # an emptied queue keeps growing its offsets
     assert await backend.backlog([q, idle, q]) == [3, 0, 3]
@@ -282,18 +283,18 @@ async def test_backlog_before_and_after_checkpoints_and_trims(backend: QueueBack
 
 async def test_trim_keeps_retain_committed_entries_and_nothing_above(backend: QueueBackend) -> None:
     q = queue()
-    assert await backend.trim(q, 1, 0) == 0  # no checkpoint: nothing is finished
+    assert await trim(backend, q, 1, 0) == 0  # no checkpoint: nothing is finished
     offsets = await put_n(backend, q, 10)
-    assert await backend.trim(q, 1, 0) == 0
-    await backend.write_checkpoint(q, offsets[5], 1)  # entries 0..5 are finished
-    assert await backend.trim(q, 1, 2) == 4
+    assert await trim(backend, q, 1, 0) == 0
+    await write_checkpoint(backend, q, offsets[5], 1)  # entries 0..5 are finished
+    assert await trim(backend, q, 1, 2) == 4
     assert [e.offset for e in await read_all(backend, q)] == offsets[4:]
-    assert await backend.trim(q, 1, 2) == 0
-    assert await backend.trim(q, 1, 5) == 0  # fewer than retain committed: keep them all
-    assert await backend.trim(q, 1, 0) == 2
+    assert await trim(backend, q, 1, 2) == 0
+    assert await trim(backend, q, 1, 5) == 0  # fewer than retain committed: keep them all
+    assert await trim(backend, q, 1, 0) == 2
     assert [e.offset for e in await read_all(backend, q)] == offsets[6:]
-    await backend.write_checkpoint(q, offsets[9], 1)
-    assert await backend.trim(q, 1, 1) == 3
+    await write_checkpoint(backend, q, offsets[9], 1)
+    assert await trim(backend, q, 1, 1) == 3
     assert [e.offset for e in await read_all(backend, q)] == offsets[9:]
 
 
@@ -413,7 +414,7 @@ async def test_unreachable_store_is_backend_unavailable(subject: Subject, test_i
         with pytest.raises(BackendUnavailable):
             await down.read({q: ZERO_OFFSET}, 10)
         with pytest.raises(BackendUnavailable):
-            await down.write_checkpoint(q, Offset(1, 0), 1)
+            await write_checkpoint(down, q, Offset(1, 0), 1)
         with pytest.raises(BackendUnavailable):
             await down.list_dead(q.group, None, 10)
     await down.aclose()  # closing twice is harmless
@@ -462,10 +463,10 @@ async def test_backlog_is_puts_minus_committed(
             offsets += await put_n(backend, q, n)
         elif op == "commit" and offsets:
             upto = min(n, len(offsets) - 1)
-            await backend.write_checkpoint(q, offsets[upto], 1)
+            await write_checkpoint(backend, q, offsets[upto], 1)
             committed = max(committed, upto + 1)
         elif op == "trim":
-            await backend.trim(q, 1, n)
+            await trim(backend, q, 1, n)
             kept = await read_all(backend, q)
             assert [e.offset for e in kept] == offsets[len(offsets) - len(kept) :]
             assert len(offsets) - len(kept) <= committed

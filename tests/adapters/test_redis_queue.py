@@ -9,13 +9,15 @@ import pytest
 from redis.asyncio.cluster import RedisCluster
 from redis.crc import key_slot
 
-from adapters.redis_queue import _translated, connect
+from adapters.redis_conn import translated as _translated
+from adapters.redis_queue import connect
 from emq.core.errors import BackendUnavailable, Fenced
 from emq.core.interfaces import ZERO_OFFSET, DeadLetter, PutItem
 from emq.core.model import GroupRef, Namespace, Priority, TopicRef
 from emq.core.naming import RedisKeys
 from emq.stack import Service, free_port
 from tests.adapters.conftest import Subject
+from tests.adapters.owner_ops import trim, write_checkpoint
 
 
 def groups_on_distinct_slots(keys: RedisKeys, n: int) -> list[GroupRef]:
@@ -56,9 +58,9 @@ async def test_every_method_works_across_slots_without_crossslot(
         await backend.claim(g, 7)
         for q in g.queues():
             entries = read.get(q) or (await backend.read({q: ZERO_OFFSET}, 10))[q]
-            await backend.write_checkpoint(q, entries[-1].offset, 7)
+            await write_checkpoint(backend, q, entries[-1].offset, 7)
             assert await backend.read_checkpoint(q) is not None
-            assert await backend.trim(q, 7, 0) == 1
+            assert await trim(backend, q, 7, 0) == 1
         letter = DeadLetter("", Priority.HIGH, b"dead", "gone", 410, 3, now)
         await backend.dead_letter(g, 7, [letter])
         assert len(await backend.list_dead(g, None, 10)) == 1
@@ -94,8 +96,8 @@ async def test_an_emptied_queue_costs_a_few_hundred_bytes(redis_subject: Subject
     results = await backend.put([PutItem(q, f"j{i}", b"x" * 200) for i in range(50)])
     last = results[-1].offset
     assert last is not None
-    await backend.write_checkpoint(q, last, 1)
-    assert await backend.trim(q, 1, 0) == 50
+    await write_checkpoint(backend, q, last, 1)
+    assert await trim(backend, q, 1, 0) == 50
     emptied = await memory_usage(redis_subject, keys.stream(q))
     checkpoint = await memory_usage(redis_subject, keys.checkpoint(q))
     print(f"{redis_subject.kind}: emptied stream {emptied} B, checkpoint {checkpoint} B")
@@ -116,7 +118,7 @@ async def test_a_restarted_redis_keeps_everything_and_serves_again(
             q = TopicRef(Namespace.ONLINE, "acme", "t").group(0).queue(Priority.MEDIUM)
             results = await backend.put([PutItem(q, f"j{i}", b"x") for i in range(5)])
             await backend.claim(q.group, 4)
-            await backend.write_checkpoint(q, results[1].offset or ZERO_OFFSET, 4)
+            await write_checkpoint(backend, q, results[1].offset or ZERO_OFFSET, 4)
             server.stop()
             with pytest.raises(BackendUnavailable):
                 await backend.backlog([q])
@@ -127,7 +129,7 @@ async def test_a_restarted_redis_keeps_everything_and_serves_again(
                 results[-1].offset or ZERO_OFFSET
             )
             with pytest.raises(Fenced):
-                await backend.write_checkpoint(q, more[0].offset, 3)
+                await write_checkpoint(backend, q, more[0].offset, 3)
     finally:
         server.stop()
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from allocator.document import Document, Entry, advance, next_generation
-from allocator.fleet import parse_group
 from allocator.leader import member_weight, parse_marker
+from allocator.ownership import parse_group
 from emq.core.model import GroupRef, Namespace, TopicRef
 from emq.core.naming import ZkPaths
 

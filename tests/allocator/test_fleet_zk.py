@@ -12,7 +12,7 @@ import time
 import pytest
 from kazoo.client import KazooClient
 
-from allocator import zk
+from adapters import zk
 from allocator.document import Document, Entry
 from allocator.election import Election
 from allocator.leader import Deposed, Leader

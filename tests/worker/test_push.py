@@ -265,14 +265,18 @@ def test_retry_after_forms() -> None:
 @given(
     secret=st.binary(min_size=1, max_size=64),
     prefixed=st.booleans(),
+    padded=st.booleans(),
     message_id=st.text(min_size=1, max_size=40),
     stamp=st.integers(min_value=0, max_value=2**34),
     body=st.text(max_size=300),
 )
 def test_signatures_are_the_reference_packages(
-    secret: bytes, prefixed: bool, message_id: str, stamp: int, body: str
+    secret: bytes, prefixed: bool, padded: bool, message_id: str, stamp: int, body: str
 ) -> None:
-    text = ("whsec_" if prefixed else "") + base64.b64encode(secret).decode()
+    # Our own decoding of the secret (the package has no public accessor) must stay the
+    # package's: prefixed or not, padded or not.
+    encoded = base64.b64encode(secret).decode()
+    text = ("whsec_" if prefixed else "") + (encoded if padded else encoded.rstrip("="))
     ours = signature_headers(text, message_id, stamp + 0.75, body)
     when = datetime.fromtimestamp(stamp, tz=UTC)
     assert ours["webhook-signature"] == Webhook(text).sign(message_id, when, body)

@@ -1,0 +1,172 @@
+"""What the Redis scripts are sent and what they answer: packed arguments, decoded replies.
+
+Pure helpers of :mod:`adapters.redis_queue` (no I/O): the keys a batch script needs of a queue,
+one APPEND call's arguments, the hints a write announces, and the decoding of stream ids,
+entries, put results, ready signals and dead letters.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from itertools import chain
+from typing import Any, NamedTuple, TypeAlias
+
+from emq.core.errors import InvalidInput
+from emq.core.interfaces import DeadLetter, Entry, Offset, PutItem, PutResult
+from emq.core.model import DlqRetention, GroupRef, Priority, QueueRef
+
+Command: TypeAlias = Sequence[Any]
+
+
+class QueueKeys(NamedTuple):
+    """What the batch scripts need of one queue: its keys in their order, and its slot."""
+
+    stream: str
+    checkpoint: str
+    epoch: str
+    slot: int
+
+
+BatchItem: TypeAlias = tuple[GroupRef, QueueKeys, str]  # (group, keys, packed arguments)
+
+
+PUT_APPENDED, PUT_DUPLICATE, PUT_DELAYED = 0, 1, 2
+
+
+def offset_of(raw: bytes | str) -> Offset:
+    """A stream id as an :class:`Offset` (faster than ``Offset.parse``: ids are well formed)."""
+    ms, _, seq = raw.partition(b"-") if isinstance(raw, bytes) else raw.partition("-")
+    return Offset(int(ms), int(seq))
+
+
+def text(raw: bytes | str) -> str:
+    return raw.decode() if isinstance(raw, bytes) else raw
+
+
+class Append:
+    """The plain items of one APPEND call: its streams (KEYS) and (key index, payload) pairs."""
+
+    __slots__ = ("args", "index", "keys", "positions")
+
+    def __init__(self, index: int) -> None:
+        self.index = index  # of the command in the pipeline
+        self.keys: list[str] = []
+        self.positions: dict[str, int] = {}  # stream -> its 1-based index in KEYS
+        self.args: list[Any] = []
+
+    def add(self, stream: str, payload: bytes) -> int:
+        """Add one payload; returns where its offset will be in the reply."""
+        position = self.positions.get(stream)
+        if position is None:
+            self.keys.append(stream)
+            position = self.positions[stream] = len(self.keys)
+        self.args += (position, payload)
+        return len(self.args) // 2 - 1
+
+    def command(self, sha: str) -> Command:
+        return ("EVALSHA", sha, len(self.keys), *self.keys, *self.args)
+
+
+class Hints:
+    """What a write announces: groups with new jobs to read, and the due times of parked ones."""
+
+    __slots__ = ("due", "ready")
+
+    def __init__(self) -> None:
+        self.ready: dict[str, None] = {}  # group names, in order, once each
+        self.due: dict[str, int] = {}  # group name -> earliest due time parked by this write
+
+    @classmethod
+    def ready_of(cls, group: GroupRef) -> Hints:
+        hints = cls()
+        hints.ready[str(group)] = None
+        return hints
+
+    def add(self, group: str, due_ms: int | None) -> None:
+        """Note a job appended to ``group`` (``due_ms`` None) or parked until ``due_ms``."""
+        if due_ms is None:
+            self.ready[group] = None
+        elif group not in self.due or due_ms < self.due[group]:
+            self.due[group] = int(due_ms)
+
+    def __repr__(self) -> str:
+        names = [*self.ready, *(n for n in self.due if n not in self.ready)]
+        more = f" and {len(names) - 5} more" if len(names) > 5 else ""
+        return ", ".join(names[:5]) + more
+
+
+def score_pairs(scores: Mapping[str, int]) -> list[Any]:
+    """``{member: score}`` as ZADD's ``score member ...`` arguments."""
+    return list(chain.from_iterable((score, member) for member, score in scores.items()))
+
+
+def cursor_of(text: str) -> str:
+    """A ready-signal cursor given by a caller, checked to be a stream id."""
+    try:
+        return str(Offset.parse(text))
+    except ValueError:
+        raise InvalidInput("cursor", f"not a ready-signal cursor: {text!r}") from None
+
+
+def counts_of(
+    requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+) -> dict[QueueRef, int]:
+    """Each queue's read count (one for all, or per queue); queues asking none are left out."""
+    if isinstance(count, int):
+        return dict.fromkeys(requests, count) if count > 0 else {}
+    return {q: n for q in requests if (n := count.get(q, 0)) > 0}
+
+
+def ready_names(reply: Any, cursor: str) -> tuple[str, list[str]]:
+    """(the last signal's id or ``cursor``, the group names it carried) from an XREAD reply."""
+    streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
+    names: dict[str, None] = {}
+    for entries in streams:
+        for id_, fields in entries:
+            cursor = text(id_)
+            names.update(dict.fromkeys(text(fields[b"g"]).split("\n")))
+    return cursor, list(names)
+
+
+def entries_of(queue: QueueRef, flat: list[Any]) -> list[Entry]:
+    """A READ reply's ``offset, payload, offset, ...`` as entries."""
+    if None in flat:  # as XRANGE's reply would have, looking the payload up
+        raise KeyError(f"an entry of {queue} has no field 'd': not a queue entry")
+    pairs = iter(flat)
+    return [Entry(offset_of(id_), payload) for id_, payload in zip(pairs, pairs, strict=True)]
+
+
+def put_result(item: PutItem, reply: Any) -> PutResult:
+    if not isinstance(reply, list):  # a plain XADD answers with the new id
+        return PutResult(item.job_id, offset=offset_of(reply))
+    kind, value = reply
+    if kind == PUT_DUPLICATE:
+        return PutResult(text(value), duplicate=True)
+    if kind == PUT_DELAYED:
+        return PutResult(item.job_id)
+    return PutResult(item.job_id, offset=offset_of(value))
+
+
+def retention_args(retention: DlqRetention) -> tuple[int, int]:
+    return max(0, retention.max_entries), max(0, round(retention.max_age_s * 1000))
+
+
+def dlq_id(text: str) -> str:
+    """A DLQ id given by a user, checked so it cannot change the meaning of a range."""
+    try:
+        return str(Offset.parse(text))
+    except ValueError:
+        raise InvalidInput("id", f"not a dead letter id: {text!r}") from None
+
+
+def dead_letter_of(id_: bytes, fields: Mapping[bytes, bytes]) -> DeadLetter:
+    status = fields.get(b"status", b"")
+    return DeadLetter(
+        id=text(id_),
+        priority=Priority(text(fields[b"priority"])),
+        payload=fields[b"payload"],
+        error=text(fields.get(b"error", b"")),
+        status=int(status) if status else None,
+        attempts=int(fields.get(b"attempts", b"0")),
+        failed_at_ms=int(fields.get(b"failed_at", b"0")),
+    )
