@@ -50,7 +50,7 @@ def chromium_path() -> str:
 class Console:
     """The API under test, its base URL and a helper to set tenants and topics up through it."""
 
-    client: TestClient
+    client: TestClient[Any, Any]
     base: str
 
     @property
