@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+import itertools
 import re
+import time
 from typing import Any
 
 from playwright.async_api import Page, expect
@@ -128,16 +131,16 @@ async def test_the_dlq_is_browsed_filtered_and_replayed(
     worker = worker_process("w1")
     path = "/v1/tenants/acme/topics/hooks/dlq"
     assert await sink.wait_for(lambda: len(sink.attempts) == 6, 30), worker.log()
+    for _ in range(600):  # the worker dead-letters each job after its one failed attempt
+        _, body = await console.get(path, acme)
+        if len(body["dead"]) == 6:
+            break
+        await asyncio.sleep(0.05)
 
     await sign_in(page, console, acme)
     await page.click("#nav button[data-view=dlq]")
     await page.fill("#dlq-form input[name=topic]", "hooks")
-    # The worker dead-letters each job after its one failed attempt; load until all 6 are in.
-    for _ in range(100):
-        await page.click("#dlq-form button[type=submit]")
-        if await page.locator("#dlq tbody tr").count() == 6:
-            break
-        await page.wait_for_timeout(100)
+    await page.click("#dlq-form button[type=submit]")
     await expect(page.locator("#dlq tbody tr")).to_have_count(6)
     await expect(page.locator("#dlq tbody")).to_contain_text("500")
     await page.fill("#dlq-filter", ids[0])
@@ -215,3 +218,25 @@ async def test_the_sign_in_page_loads_without_a_token_and_keeps_it_out_of_urls(
     await expect(page.locator("#view-signin")).to_be_visible()
     assert all(u.startswith(console.base) for u in requests), requests  # nothing external
     assert not any("token" in u for u in requests), requests
+
+
+async def test_only_the_view_on_screen_polls_at_most_once_a_second(
+    console: Console, page: Page
+) -> None:
+    seen: list[tuple[float, str]] = []
+    page.on("request", lambda r: seen.append((time.monotonic(), r.url)))
+    await sign_in(page, console, "test-admin-token")
+    for _ in range(3):
+        async with page.expect_request("**/v1/topics?*"):
+            pass
+    await page.click("#nav button[data-view=fleet]")
+    for _ in range(3):
+        async with page.expect_request("**/v1/workers?*"):
+            pass
+    topics = [at for at, url in seen if "/v1/topics?" in url]
+    workers = [at for at, url in seen if "/v1/workers?" in url]
+    assert len(topics) >= 3 and len(workers) >= 3, seen
+    for calls in (topics, workers):
+        gaps = [b - a for a, b in itertools.pairwise(calls)]
+        assert min(gaps) >= 0.9, gaps  # 1 s apart, give or take the event's delivery
+    assert not [at for at in topics if at > workers[0]], seen  # the hidden view stopped
