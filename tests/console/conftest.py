@@ -125,8 +125,11 @@ async def browser() -> AsyncIterator[Browser]:
 async def page(browser: Browser) -> AsyncIterator[Page]:
     context = await browser.new_context(viewport={"width": 1280, "height": 720})
     page = await context.new_page()
+    errors: list[str] = []  # uncaught exceptions in the page's script fail the test
+    page.on("pageerror", lambda e: errors.append(str(e)))
     yield page
     await context.close()
+    assert not errors, errors
 
 
 @pytest.fixture

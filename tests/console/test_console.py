@@ -49,6 +49,18 @@ async def test_admin_changes_a_quota_and_pauses_and_the_worker_applies_it(
     await expect(row.locator("td.qps")).to_have_text("4")
     await page.wait_for_function(rate_at_least("acme", "orders", 2), timeout=20_000)
 
+    # A quota the API refuses: its answer is shown, nothing changes.
+    await row.locator("input.new-qps").fill("0")
+    await row.locator("button.set-qps").click()
+    await expect(page.locator("#error")).to_contain_text("422 invalid")
+    await expect(page.locator("#error")).to_contain_text("(field qps)")
+    polled = await page.locator("#topics-at").text_content()
+    await page.wait_for_function(
+        f"() => document.querySelector('#topics-at').textContent != {polled!r}"
+    )
+    await expect(page.locator("#error")).to_contain_text("422 invalid")  # a poll keeps it
+    await expect(row.locator("td.qps")).to_have_text("4")
+
     # The quota goes from 4/s to 40/s in the console; the worker's delivered/s follows it.
     await row.locator("input.new-qps").fill("40")
     await row.locator("button.set-qps").click()

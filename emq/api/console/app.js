@@ -64,17 +64,19 @@ function el(tag, props = {}, ...children) {
   return node;
 }
 
-function showError(message) {
+// An error stays until the next action; one set by a poll goes away when a poll succeeds.
+function showError(message, fromPoll = false) {
   const box = $("#error");
   box.textContent = message || "";
   box.hidden = !message;
+  box.dataset.fromPoll = String(fromPoll);
 }
 
-function fail(e) {
-  if (e instanceof ApiError) showError(e.describe());
+function fail(e, fromPoll = false) {
+  if (e instanceof ApiError) showError(e.describe(), fromPoll);
   else if (e instanceof TypeError && /fetch/i.test(e.message)) {
-    showError(`The API could not be reached: ${e.message}`);
-  } else showError(`Console error: ${e.message}`);
+    showError(`The API could not be reached: ${e.message}`, fromPoll);
+  } else showError(`Console error: ${e.message}`, fromPoll);
 }
 
 const fmt = (n, digits = 1) => (n === null || n === undefined ? "—" : Number(n).toFixed(digits));
@@ -143,10 +145,13 @@ async function poll(load, generation) {
     const started = performance.now();
     if (!document.hidden) {
       try {
-        if ((await load()) === false) return; // nothing (more) to poll
-        if (generation === state.generation) showError("");
+        const more = await load();
+        if (generation === state.generation && $("#error").dataset.fromPoll === "true") {
+          showError("");
+        }
+        if (more === false) return; // nothing (more) to poll
       } catch (e) {
-        if (generation === state.generation) fail(e);
+        if (generation === state.generation) fail(e, true);
       }
     }
     const wait = Math.max(0, POLL_MS - (performance.now() - started));
