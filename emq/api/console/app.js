@@ -80,7 +80,8 @@ function fail(e, fromPoll = false) {
 }
 
 const fmt = (n, digits = 1) => (n === null || n === undefined ? "—" : Number(n).toFixed(digits));
-const when = (s) => (s ? new Date(s * 1000).toLocaleString() : "—");
+// Times come as epoch seconds; an ISO string is shown as the API wrote it.
+const when = (s) => (!s ? "—" : typeof s === "number" ? new Date(s * 1000).toLocaleString() : s);
 
 // ------------------------------------------------------------------ sign in / out
 
