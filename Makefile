@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install os-deps test demo lint typecheck clean
+.PHONY: install os-deps test demo lint typecheck clean screenshots
 DEMO_ARGS ?= --duration 60
 
 install: os-deps $(STAMP)
@@ -25,6 +25,10 @@ test: install
 
 demo: install
 	$(VENV)/bin/emq demo $(DEMO_ARGS)
+
+# The console's pictures in the README: its browser tests, saving each view.
+screenshots: install
+	EMQ_CONSOLE_SCREENSHOTS=docs/screenshots $(PY) -m pytest -q tests/console
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Install what EMQ needs from the OS packages when it is missing: redis-server (with redis-cli),
-# ZooKeeper, a Java runtime for it, and Python's venv module. Does nothing when all are present.
+# ZooKeeper, a Java runtime for it, Python's venv module, and chromium (the console's browser
+# tests drive it headless). Does nothing when all are present.
 # Debian/Ubuntu only; anywhere else it names what to install and fails.
 set -euo pipefail
 
@@ -10,6 +11,7 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 [ -f /usr/share/java/zookeeper.jar ] || need+=(zookeeper)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
+command -v chromium >/dev/null 2>&1 || need+=(chromium)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

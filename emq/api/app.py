@@ -13,6 +13,8 @@ POST       /v1/tenants/{tenant}/topics/{topic}/jobs           tenant or admin
 GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
+GET        /v1/topics (every visible topic, live numbers)     tenant or admin
+GET        /ui (the web console's static files, emq.api.ui)   anyone
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
 
@@ -35,6 +37,7 @@ from typing import Any
 from aiohttp import web
 
 from capacity import group_count, split_quota
+from emq.api import ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
@@ -537,4 +540,5 @@ def make_app(
             web.get("/openapi.json", handlers.openapi),
         ]
     )
+    ui.add_routes(app, handlers)
     return app

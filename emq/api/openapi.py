@@ -223,6 +223,11 @@ _SCHEMAS["Fleet"] = {
 }
 
 
+def _page(summary: str, status: int, kind: str) -> dict[str, Any]:
+    """A route of the console's static files: served to anyone."""
+    return {"summary": summary, "security": [], "responses": _answer(status, kind) | _errors(404)}
+
+
 def _paths() -> dict[str, Any]:
     topic = "/v1/tenants/{tenant}/topics/{topic}"
     tp = [*_path_params("tenant", "topic"), _NS]
@@ -346,6 +351,27 @@ def _paths() -> dict[str, Any]:
                 "summary": "The worker fleet (admin): members, their groups, epochs and rates",
                 "responses": _answer(200, "the fleet", _ref("Fleet")) | _errors(401, 403, 422, 503),
             },
+        },
+        "/v1/topics": {
+            "parameters": [_NS],
+            "get": {
+                "summary": "Every topic the caller may see (admin: all; a tenant: its own), "
+                "with backlog, delayed and delivered/s: what the console polls",
+                "responses": _answer(200, "the topics") | _errors(401, 422, 503),
+            },
+        },
+        "/ui": {"get": _page("The web console (redirects to /ui/)", 302, "redirect")},
+        "/ui/": {"get": _page("The web console's page (no token needed)", 200, "html")},
+        "/ui/{name}": {
+            "parameters": [
+                {
+                    "name": "name",
+                    "in": "path",
+                    "required": True,
+                    "schema": {"type": "string", "enum": ["app.js", "app.css"]},
+                }
+            ],
+            "get": _page("The web console's script and style sheet", 200, "file"),
         },
         "/healthz": {"get": {"summary": "Liveness and backends", "responses": _answer(200, "ok")}},
         "/metrics": {"get": {"summary": "Prometheus metrics", "responses": _answer(200, "text")}},
