@@ -33,6 +33,7 @@ from pydantic import (
     PlainValidator,
     ValidationError,
     WithJsonSchema,
+    model_validator,
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
@@ -58,7 +59,8 @@ NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
 HEADER_VALUE_PATTERN = r"^[^\x00-\x08\x0a-\x1f\x7f]*$"
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
-DEAD_LETTER_ID_PATTERN = r"^[0-9]+:[\s\S]+$"
+# <group>:<ms>-<seq>, the group first (a cursor is one too); bounded so the numbers fit Redis.
+DEAD_LETTER_ID_PATTERN = r"^[0-9]{1,9}:[0-9]{1,19}-[0-9]{1,19}$"
 MAX_KEY_CHARS = 256
 MAX_DELAY_S = 30 * 86400  # 2 592 000
 MAX_TENANT_DISPLAY_CHARS = 200
@@ -72,6 +74,28 @@ class Body(BaseModel):
     ``true`` is not 1), numbers are finite."""
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+
+class IntegralBody(Body):
+    """A body with integer fields: ``10.0`` is the integer 10, as JSON Schema's ``integer``
+    says (``10.5`` stays a float and is refused). Only the bodies that have integers pay for
+    this Python step; jobs have none."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _integral(cls, data: object) -> object:
+        if not isinstance(data, dict):
+            return data
+        fields = cls.model_fields
+        return {
+            k: int(v)
+            if isinstance(v, float)
+            and v.is_integer()
+            and k in fields
+            and fields[k].annotation is int
+            else v
+            for k, v in data.items()
+        }
 
 
 _M = TypeVar("_M", bound=Body)
@@ -94,6 +118,7 @@ else:
     PriorityName = _enum(Priority)
     PriorityModeName = _enum(PriorityMode)
     NamespaceValue = _enum(Namespace)
+
 
 Name = Annotated[str, Field(pattern=NAME_PATTERN, description="1-64 of A-Z a-z 0-9 _ . -")]
 NamespaceName = Annotated[
@@ -244,7 +269,7 @@ class TenantIn(Body):
     name: Annotated[str, Field(max_length=MAX_TENANT_DISPLAY_CHARS)] = ""
 
 
-class RetryIn(Body):
+class RetryIn(IntegralBody):
     """Jittered exponential backoff; ``max_delay_s`` must not be below ``base_delay_s``."""
 
     max_attempts: Annotated[int, Field(ge=1, le=100)] = _DEFAULT_RETRY.max_attempts
@@ -280,7 +305,7 @@ DlqMaxAge = Annotated[
 ]
 
 
-class TopicIn(Body):
+class TopicIn(IntegralBody):
     """A new topic; its groups follow the split rule, its signing secret is made for it."""
 
     topic: Name
@@ -294,7 +319,7 @@ class TopicIn(Body):
     dlq_max_age_s: DlqMaxAge = DLQ_MAX_AGE_S
 
 
-class TopicPatch(Body):
+class TopicPatch(IntegralBody):
     """Changes to a topic, applied live; at least one field. Groups never shrink, so ``qps``
     may not go below the topic's group count."""
 
@@ -317,7 +342,7 @@ DeadLetterId = Annotated[
 ]
 
 
-class ReplayIn(Body):
+class ReplayIn(IntegralBody):
     """Which dead letters to put back: ``ids`` as listed by the DLQ, or the oldest ``limit``."""
 
     ids: Annotated[list[DeadLetterId], Field(min_length=1)] | None = None
