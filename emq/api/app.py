@@ -259,9 +259,6 @@ class Api:
         await self.auth.admin(request)
         ref = self._ref(request)
         changes = schema.given(schema.validate(schema.TopicPatch, await self._object(request)))
-        if not changes:
-            fields = ", ".join(sorted(schema.TopicPatch.model_fields))
-            raise InvalidInput(None, f"nothing to change; give one of {fields}")
         self._apply(await self.config.get_topic(ref), changes)  # validate before writing
         topic = await self.config.update_topic(ref, lambda current: self._apply(current, changes))
         return web.json_response(self.view(topic))

@@ -325,6 +325,17 @@ class TopicPatch(IntegralBody):
 
     model_config = ConfigDict(json_schema_extra=_patch_schema)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _one_field_at_least(cls, data: object) -> object:
+        if isinstance(data, dict) and not data:
+            raise PydanticCustomError(
+                "nothing_to_change",
+                "nothing to change; give one of {fields}",
+                {"fields": ", ".join(sorted(cls.model_fields))},
+            )
+        return data
+
     # Left out = unchanged (the handler reads only the fields given); ``null`` is refused, so
     # the types are not optional and mypy is told that the ``None`` default is never read.
     qps: Qps = Field(default=None)  # type: ignore[assignment]

@@ -10,6 +10,7 @@ The examples are bounded to keep this under a minute; the README shows the long 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -118,7 +119,8 @@ async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, s
         "junit",
         "--report-junit-path",
         str(report),
-        cwd=ROOT,
+        cwd=config.parent,  # schemathesis keeps a cache in its working directory
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # for the hooks module
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
     )
