@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, TypeVar, get_args
 
 from pydantic import (
     BaseModel,
@@ -401,7 +401,7 @@ def query(model: type[_Q], params: Mapping[str, str]) -> _Q:
     try:
         return model.model_validate(params)
     except ValidationError as e:
-        raise as_invalid(e) from None
+        raise as_invalid(e, None, model) from None
 
 
 def validate(model: type[_M], value: object, prefix: str | None = None) -> _M:
@@ -411,7 +411,7 @@ def validate(model: type[_M], value: object, prefix: str | None = None) -> _M:
     try:
         return model.model_validate(value)
     except ValidationError as e:
-        raise as_invalid(e, prefix) from None
+        raise as_invalid(e, prefix, model) from None
 
 
 def given(body: Body) -> dict[str, Any]:
@@ -419,13 +419,56 @@ def given(body: Body) -> dict[str, Any]:
     return {name: getattr(body, name) for name in body.model_fields_set}
 
 
-def as_invalid(error: ValidationError, prefix: str | None = None) -> InvalidInput:
+def as_invalid(
+    error: ValidationError, prefix: str | None = None, model: type[BaseModel] | None = None
+) -> InvalidInput:
     """The first error of ``error`` as EMQ's ``InvalidInput``; an unknown field is named first
     (it usually explains the others: a misspelt optional field)."""
     errors = error.errors(include_url=False)
     first = next((e for e in errors if e["type"] == "extra_forbidden"), errors[0])
     field = field_name(first["loc"], prefix)
+    bounds = _bounds(model, first["loc"]) if model is not None else None
+    if bounds is not None and first["type"] in _RANGE_ERRORS:
+        return InvalidInput(field, _range_message(first.get("input"), *bounds))
     return InvalidInput(field, _message(first))
+
+
+_RANGE_ERRORS = frozenset(
+    {"greater_than_equal", "less_than_equal", "int_type", "float_type", "finite_number"}
+)
+
+
+def _bounds(model: type[BaseModel], loc: tuple[int | str, ...]) -> tuple[type, float, float] | None:
+    """The type and the range of the number field at ``loc``, if it has both bounds."""
+    info = None
+    current: Any = model
+    for part in loc:
+        if isinstance(part, int):
+            continue
+        info = current.model_fields.get(part) if _is_model(current) else None
+        if info is None:
+            return None
+        current = next(
+            (t for t in (info.annotation, *get_args(info.annotation)) if _is_model(t)), None
+        )
+    lo = next((m.ge for m in info.metadata if hasattr(m, "ge")), None) if info else None
+    hi = next((m.le for m in info.metadata if hasattr(m, "le")), None) if info else None
+    if info is None or lo is None or hi is None or info.annotation not in (int, float):
+        return None
+    return info.annotation, lo, hi
+
+
+def _is_model(t: object) -> bool:
+    return isinstance(t, type) and issubclass(t, BaseModel)
+
+
+def _range_message(value: object, kind: type, lo: float, hi: float) -> str:
+    """The messages of the checks the schema replaced (the CLI and scripts show them)."""
+    if kind is int:
+        return f"must be an integer between {lo} and {hi}, got {value!r}"
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return f"must be between {lo:g} and {hi:g}, got {value}"
+    return f"must be a number, got {_kind(value)}"
 
 
 def field_name(loc: tuple[int | str, ...], prefix: str | None = None) -> str | None:
@@ -479,4 +522,7 @@ def _message(error: ErrorDetails) -> str:
         "string_too_long": f"must be at most {ctx.get('max_length')} characters",
         "string_pattern_mismatch": _PATTERN_MESSAGES.get(str(ctx.get("pattern")), error["msg"]),
     }
+    if kind == "string_pattern_mismatch" and ctx.get("pattern") == URL_PATTERN:
+        scheme = str(value).partition(":")[0].lower() if ":" in str(value) else ""
+        return f"scheme must be http or https, got {scheme!r}"
     return messages.get(kind, error["msg"])
