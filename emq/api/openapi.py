@@ -11,6 +11,7 @@ the document (``tests/api/test_openapi_fuzz.py``).
 from __future__ import annotations
 
 import functools
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -239,7 +240,7 @@ def _responses(route: Route) -> dict[str, Any]:
 def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
     op: dict[str, Any] = {
         "summary": route.summary + ("" if route.auth != "admin" else " (admin token)"),
-        "operationId": f"{route.method}_{route.path}",
+        "operationId": route.method + re.sub(r"[^a-z0-9]+", "_", route.path).rstrip("_"),
         "security": [] if route.auth == "none" else [{"bearer": []}],
         "responses": _responses(route),
     }

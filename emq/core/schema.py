@@ -37,12 +37,14 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from emq.core import outbound
 from emq.core.errors import InvalidInput
 from emq.core.model import (
     DLQ_LIMITS,
     DLQ_MAX_AGE_S,
     DLQ_MAX_ENTRIES,
     MAX_TOPIC_QPS,
+    NAME_RE,
     RESERVED_HEADERS,
     Job,
     JobLimits,
@@ -54,10 +56,11 @@ from emq.core.model import (
     Topic,
 )
 
-NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
-# RFC 9110 field names are tokens; values carry no control character but HTAB, and no DEL.
-HEADER_NAME_PATTERN = r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$"
-HEADER_VALUE_PATTERN = r"^[^\x00-\x08\x0a-\x1f\x7f]*$"
+# The rules the core checks by hand elsewhere (names in paths, headers in the worker), as the
+# anchored patterns JSON Schema and pydantic take.
+NAME_PATTERN = f"^{NAME_RE.pattern}$"
+HEADER_NAME_PATTERN = f"^{outbound.TOKEN}$"  # RFC 9110 field names are tokens
+HEADER_VALUE_PATTERN = f"^[^{outbound.FIELD_VALUE_FORBIDDEN}]*$"  # no control but HTAB, no DEL
 URL_PATTERN = r"^[Hh][Tt][Tt][Pp][Ss]?://"
 # <group>:<ms>-<seq>, the group first (a cursor is one too); bounded so the numbers fit Redis.
 DEAD_LETTER_ID_PATTERN = r"^[0-9]{1,9}:[0-9]{1,19}-[0-9]{1,19}$"
