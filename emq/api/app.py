@@ -19,7 +19,8 @@ GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
 
 Topic routes take ``?namespace=online|sandbox`` (default: the API's namespace). Every request is
-authenticated and validated completely before anything is written.
+authenticated first, then validated completely (bodies by :mod:`emq.core.schema`, the definition
+``/openapi.json`` is built from), before anything is written.
 """
 
 from __future__ import annotations
@@ -32,18 +33,19 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from aiohttp import web
 
 from capacity import group_count, split_quota
-from emq.api import ui
+from emq.api import answers, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
+from emq.core import schema
 from emq.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -60,13 +62,10 @@ from emq.core.interfaces import (
     HistoryStore,
 )
 from emq.core.model import (
-    DLQ_LIMITS,
-    MAX_TOPIC_QPS,
     Envelope,
     JobLimits,
     Namespace,
     PriorityMode,
-    RetryPolicy,
     Tenant,
     Topic,
     TopicRef,
@@ -102,41 +101,6 @@ class ApiSettings:
     body_timeout_s: float = dataclasses.field(default=30.0, metadata=_POSITIVE)
     keepalive_timeout_s: float = dataclasses.field(default=75.0, metadata=_POSITIVE)
     max_connections: int = dataclasses.field(default=1000, metadata=_POSITIVE)
-
-
-PATCH_FIELDS = frozenset(
-    {
-        "qps",
-        "paused",
-        "retry",
-        "endpoint_concurrency",
-        "max_backlog",
-        "priority_mode",
-        *DLQ_LIMITS,
-    }
-)
-TOPIC_FIELDS = (PATCH_FIELDS - {"paused"}) | {"topic", "namespace"}
-
-
-def _fields(body: object, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(body, dict):
-        raise MalformedRequest(None, "request body must be a JSON object")
-    for key in body:
-        if key not in allowed:
-            raise InvalidInput(key, "unknown field")
-    return body
-
-
-def _int(value: object, field: str, lo: int, hi: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
-        raise InvalidInput(field, f"must be an integer between {lo} and {hi}, got {value!r}")
-    return value
-
-
-def _bool(value: object, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise InvalidInput(field, f"must be true or false, got {value!r}")
-    return value
 
 
 def new_secret() -> str:
@@ -189,18 +153,24 @@ class Api:
         except RecursionError:
             raise MalformedRequest(None, "request body is JSON nested too deeply") from None
 
+    async def _object(self, request: web.Request) -> dict[str, Any]:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise MalformedRequest(None, "request body must be a JSON object")
+        return body
+
     def _namespace(self, request: web.Request) -> Namespace:
-        raw = request.query.get("namespace")
-        return self.settings.namespace if raw is None else Namespace.parse(raw)
+        raw = schema.query(schema.NamespaceQuery, request.query).namespace
+        return self.settings.namespace if raw is None else Namespace(raw)
 
     def _ref(self, request: web.Request) -> TopicRef:
         tenant = validate_name(request.match_info["tenant"], "tenant")
         topic = validate_name(request.match_info["topic"], "topic")
         return TopicRef(self._namespace(request), tenant, topic)
 
-    def view(self, topic: Topic, *, secret: bool = False) -> dict[str, Any]:
+    def view(self, topic: Topic, *, secret: bool = False) -> answers.TopicView:
         ref = topic.ref
-        out: dict[str, Any] = {
+        out: answers.TopicView = {
             "namespace": ref.namespace.value,
             "tenant": ref.tenant,
             "topic": ref.topic,
@@ -211,7 +181,7 @@ class Api:
             "max_backlog": topic.max_backlog,
             "endpoint_concurrency": topic.endpoint_concurrency,
             "priority_mode": topic.priority_mode.value,
-            "retry": topic.retry.to_dict(),
+            "retry": cast(answers.RetryView, topic.retry.to_dict()),
             "dlq_max_entries": topic.dlq_max_entries,
             "dlq_max_age_s": topic.dlq_max_age_s,
         }
@@ -227,56 +197,61 @@ class Api:
 
     async def create_tenant(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
-        body = _fields(await self._body(request), frozenset({"tenant", "name"}))
-        name = validate_name(body.get("tenant"), "tenant")
-        display = body.get("name", "")
-        if not isinstance(display, str) or len(display) > 200:
-            raise InvalidInput("name", "must be a string of at most 200 characters")
-        check_text(display, "name")
-        token = new_token(name)
-        tenant = Tenant(name, display, token_hash(token), round(time.time(), 3))
+        body = schema.validate(schema.TenantIn, await self._object(request))
+        display = check_text(body.name, "name")
+        token = new_token(body.tenant)
+        tenant = Tenant(body.tenant, display, token_hash(token), round(time.time(), 3))
         await self.config.create_tenant(tenant)
-        return web.json_response(
-            {"tenant": name, "name": display, "token": token, "created_at": tenant.created_at},
-            status=201,
-        )
+        created: answers.TenantCreated = {
+            "tenant": body.tenant,
+            "name": display,
+            "token": token,
+            "created_at": tenant.created_at,
+        }
+        return web.json_response(created, status=201)
 
     async def list_tenants(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
         tenants = await self.config.list_tenants()
-        rows = [
+        rows: list[answers.TenantRow] = [
             {"tenant": t.name, "name": t.display_name, "created_at": t.created_at} for t in tenants
         ]
-        return web.json_response({"tenants": rows})
+        return web.json_response(answers.Tenants(tenants=rows))
 
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
         tenant = validate_name(request.match_info["tenant"], "tenant")
-        body = _fields(await self._body(request), TOPIC_FIELDS)
-        ns_raw = body.get("namespace")
-        ns = self._namespace(request) if ns_raw is None else Namespace.parse(ns_raw)
-        ref = TopicRef(ns, tenant, validate_name(body.get("topic"), "topic"))
-        qps = _int(body.get("qps"), "qps", 1, MAX_TOPIC_QPS)
+        body = schema.validate(schema.TopicIn, await self._object(request))
+        ns = self._namespace(request) if body.namespace is None else Namespace(body.namespace)
+        ref = TopicRef(ns, tenant, body.topic)
+        changes = schema.given(body)
+        for name in ("topic", "qps", "namespace"):
+            changes.pop(name, None)
         topic = self._apply(
-            Topic(ref, qps, group_count(qps, self.settings.max_group_qps), secret=new_secret()),
-            {k: v for k, v in body.items() if k in PATCH_FIELDS and k != "qps"},
+            Topic(
+                ref,
+                body.qps,
+                group_count(body.qps, self.settings.max_group_qps),
+                secret=new_secret(),
+            ),
+            changes,
         )
         await self.config.get_tenant(tenant)  # 404 for an unknown tenant
         await self.config.create_topic(topic)
         return web.json_response(self.view(topic, secret=True), status=201)
 
     async def list_topics(self, request: web.Request) -> web.Response:
+        await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         tenant = validate_name(request.match_info["tenant"], "tenant")
-        await self.auth.tenant_or_admin(request, tenant)
         await self.config.get_tenant(tenant)
         topics = await self.config.list_topics(self._namespace(request), tenant)
-        return web.json_response({"topics": [self.view(t) for t in topics]})
+        return web.json_response(answers.Topics(topics=[self.view(t) for t in topics]))
 
     async def show_topic(self, request: web.Request) -> web.Response:
+        await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         ref = self._ref(request)
-        await self.auth.tenant_or_admin(request, ref.tenant)
         topic = await self.config.get_topic(ref)
         numbers = await topic_backlog(self.queues, topic)
         rate = await self.history.rate(str(ref)) if self.history is not None else None
@@ -285,79 +260,57 @@ class Api:
     async def patch_topic(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
         ref = self._ref(request)
-        body = _fields(await self._body(request), PATCH_FIELDS)
-        if not body:
-            raise InvalidInput(
-                None, f"nothing to change; give one of {', '.join(sorted(PATCH_FIELDS))}"
-            )
-        self._apply(await self.config.get_topic(ref), body)  # validate before writing
-        topic = await self.config.update_topic(ref, lambda current: self._apply(current, body))
+        changes = schema.given(schema.validate(schema.TopicPatch, await self._object(request)))
+        self._apply(await self.config.get_topic(ref), changes)  # validate before writing
+        topic = await self.config.update_topic(ref, lambda current: self._apply(current, changes))
         return web.json_response(self.view(topic))
 
     def _apply(self, topic: Topic, changes: Mapping[str, Any]) -> Topic:
-        """``topic`` with ``changes`` validated and applied (the quota re-splits the groups)."""
-        new: dict[str, Any] = {}
+        """``topic`` with validated ``changes`` applied (the quota re-splits the groups)."""
+        new = dict(changes)
         if "qps" in changes:
-            qps = _int(changes["qps"], "qps", 1, MAX_TOPIC_QPS)
+            qps = changes["qps"]
             # Groups never shrink: jobs already queued in a group must stay reachable.
             groups = max(topic.groups, group_count(qps, self.settings.max_group_qps))
             if qps < groups:
                 raise InvalidInput(
                     "qps", f"topic has {groups} groups, each needs at least 1 QPS; minimum {groups}"
                 )
-            new |= {"qps": qps, "groups": groups}
-        if "paused" in changes:
-            new["paused"] = _bool(changes["paused"], "paused")
+            new["groups"] = groups
         if "retry" in changes:
-            new["retry"] = RetryPolicy.parse(changes["retry"])
-        if "endpoint_concurrency" in changes:
-            new["endpoint_concurrency"] = _int(
-                changes["endpoint_concurrency"], "endpoint_concurrency", 1, 10_000
-            )
-        if "max_backlog" in changes:
-            new["max_backlog"] = _int(changes["max_backlog"], "max_backlog", 1, 1_000_000_000)
+            new["retry"] = changes["retry"].policy()
         if "priority_mode" in changes:
-            new["priority_mode"] = PriorityMode.parse(changes["priority_mode"])
-        for name, (lo, hi) in DLQ_LIMITS.items():
-            if name in changes:
-                new[name] = _int(changes[name], name, lo, hi)
+            new["priority_mode"] = PriorityMode(changes["priority_mode"])
         return replace(topic, **new)
 
     # ------------------------------------------------------------------ jobs
 
     async def enqueue(self, request: web.Request) -> web.Response:
+        await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         ref = self._ref(request)
-        await self.auth.tenant_or_admin(request, ref.tenant)
         body = await self._body(request)
-        batch = isinstance(body, dict) and "jobs" in body
-        if isinstance(body, dict) and batch:
-            jobs = _fields(body, frozenset({"jobs"}))["jobs"]
-            if not isinstance(jobs, list) or not jobs:
-                raise InvalidInput("jobs", "must be a non-empty array of jobs")
-            if len(jobs) > self.api.max_batch_jobs:
-                raise PayloadTooLarge(
-                    "jobs", f"more than {self.api.max_batch_jobs} jobs in one request"
-                )
-        else:
-            jobs = [body]
-        accepted = await self.enqueuer.enqueue(ref, jobs, batch=batch)
+        jobs = body.get("jobs") if isinstance(body, dict) else None
+        if isinstance(jobs, list) and len(jobs) > self.api.max_batch_jobs:
+            limit = self.api.max_batch_jobs
+            raise PayloadTooLarge("jobs", f"more than {limit} jobs in one request")
+        accepted = await self.enqueuer.accept(ref, body)
         stored = len(accepted.ids) - accepted.duplicates
         self.metrics.accepted(ref, stored, accepted.duplicates)
         if self.enqueue_history is not None and stored:
             self.enqueue_history.add(await self.config.get_topic(ref), stored)
-        return web.json_response(
-            {"ids": accepted.ids, "duplicates": accepted.duplicates}, status=202
-        )
+        answer: answers.Accepted = {"ids": accepted.ids, "duplicates": accepted.duplicates}
+        return web.json_response(answer, status=202)
 
     # ------------------------------------------------------------------ dead letters
 
     async def dlq_list(self, request: web.Request) -> web.Response:
+        await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         ref = self._ref(request)
-        await self.auth.tenant_or_admin(request, ref.tenant)
-        limit = _query_int(request, "limit", 100, 1, 1000)
-        start_group, after = _cursor(request.query.get("cursor"))
+        query = schema.query(schema.DlqQuery, request.query)
+        limit = query.limit
+        start_group, after = _cursor(query.cursor)
         topic = await self.config.get_topic(ref)
-        rows: list[dict[str, Any]] = []
+        rows: list[answers.DeadLetter] = []
         next_cursor = None
         for group in topic.group_refs()[start_group:]:
             letters = await self.queues.list_dead(
@@ -367,14 +320,14 @@ class Api:
             if len(rows) >= limit:
                 next_cursor = rows[-1]["id"]
                 break
-        return web.json_response({"dead": rows, "next_cursor": next_cursor})
+        return web.json_response(answers.DeadLetters(dead=rows, next_cursor=next_cursor))
 
     async def dlq_replay(self, request: web.Request) -> web.Response:
+        await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         ref = self._ref(request)
-        await self.auth.tenant_or_admin(request, ref.tenant)
-        body = _fields(await self._body(request), frozenset({"ids", "limit"}))
-        limit = _int(body.get("limit", 1000), "limit", 1, 100_000)
-        by_group = _ids_by_group(body.get("ids"))
+        body = schema.validate(schema.ReplayIn, await self._object(request))
+        limit = body.limit
+        by_group = None if body.ids is None else _ids_by_group(body.ids)
         topic = await self.config.get_topic(ref)
         replayed = 0
         for group in topic.group_refs():
@@ -384,7 +337,7 @@ class Api:
                 replayed += await self.queues.replay_dead(group, None, limit - replayed)
             elif group.index in by_group:
                 replayed += await self.queues.replay_dead(group, by_group[group.index], limit)
-        return web.json_response({"replayed": replayed})
+        return web.json_response(answers.Replayed(replayed=replayed))
 
     # ------------------------------------------------------------------ fleet
 
@@ -416,16 +369,6 @@ class Api:
         return web.json_response(spec())
 
 
-def _query_int(request: web.Request, name: str, default: int, lo: int, hi: int) -> int:
-    raw = request.query.get(name)
-    if raw is None:
-        return default
-    try:
-        return _int(int(raw), name, lo, hi)
-    except ValueError:
-        raise InvalidInput(name, f"must be an integer between {lo} and {hi}") from None
-
-
 def _cursor(raw: str | None) -> tuple[int, str | None]:
     """A DLQ cursor is ``<group>:<id>``: where the previous page ended."""
     if not raw:
@@ -436,25 +379,17 @@ def _cursor(raw: str | None) -> tuple[int, str | None]:
     return int(group), letter
 
 
-def _ids_by_group(raw: object) -> dict[int, list[str]] | None:
-    if raw is None:
-        return None
-    if not isinstance(raw, list) or not raw or not all(isinstance(i, str) for i in raw):
-        raise InvalidInput("ids", "must be a non-empty array of dead-letter ids")
+def _ids_by_group(ids: list[str]) -> dict[int, list[str]]:
+    """Dead-letter ids (``<group>:<entry>``, the schema's pattern) by group."""
     out: dict[int, list[str]] = {}
-    for i, text in enumerate(raw):
-        try:
-            group, letter = _cursor(text)
-        except InvalidInput:
-            letter = None
-        if letter is None:
-            raise InvalidInput(f"ids[{i}]", "is not a dead-letter id (as listed by the DLQ)")
-        out.setdefault(group, []).append(letter)
+    for text in ids:
+        group, _, letter = text.partition(":")
+        out.setdefault(int(group), []).append(letter)
     return out
 
 
-def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> dict[str, Any]:
-    workers = []
+def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> answers.Fleet:
+    workers: list[answers.FleetWorker] = []
     for m in state.members:
         topics = {t: round(r, 3) for t, r in sorted(rates.get(m.id, {}).items())}
         workers.append(
@@ -482,7 +417,7 @@ def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> 
     }
 
 
-def _letter_view(group: int, letter: DeadLetter) -> dict[str, Any]:
+def _letter_view(group: int, letter: DeadLetter) -> answers.DeadLetter:
     try:
         envelope = Envelope.decode(letter.payload)
         job: dict[str, Any] = {"job_id": envelope.id, "job": envelope.job.to_dict()}
@@ -490,7 +425,7 @@ def _letter_view(group: int, letter: DeadLetter) -> dict[str, Any]:
         # An entry the worker could not read (written into Redis by other means): shown as is.
         raw = letter.payload.decode(errors="replace")
         job = {"job_id": None, "job": None, "raw": raw}
-    return {
+    return {  # type: ignore[typeddict-item]
         "id": f"{group}:{letter.id}",
         **job,
         "priority": letter.priority.value,

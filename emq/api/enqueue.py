@@ -16,10 +16,11 @@ import hashlib
 import itertools
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from emq.core.errors import BacklogFull, InvalidInput
+from emq.core import schema
+from emq.core.errors import BacklogFull
 from emq.core.interfaces import ConfigStore, JobProducer, PutItem
 from emq.core.model import (
     PRIORITIES,
@@ -54,13 +55,16 @@ def jump_hash(key: str, buckets: int) -> int:
 
 def parse_jobs(raw: Sequence[object], limits: JobLimits, *, batch: bool) -> list[Job]:
     """Validate every job; errors name the job's index in a batch (``jobs[3].url``)."""
-    jobs = []
-    for i, item in enumerate(raw):
-        try:
-            jobs.append(Job.parse(item, limits))
-        except InvalidInput as e:
-            raise e.prefixed(f"jobs[{i}]") if batch else e from None
-    return jobs
+    if batch:
+        return schema.validate(schema.JobBatchIn, {"jobs": raw}).parsed(limits)
+    return [schema.validate(schema.JobIn, item).job(limits) for item in raw]
+
+
+def parse_body(body: object, limits: JobLimits) -> list[Job]:
+    """An enqueue request's decoded JSON: one job, or ``{"jobs": [...]}``."""
+    if isinstance(body, Mapping) and "jobs" in body:
+        return schema.validate(schema.JobBatchIn, body).parsed(limits)
+    return [schema.validate(schema.JobIn, body).job(limits)]
 
 
 class BacklogGuard:
@@ -131,7 +135,14 @@ class Enqueuer:
     async def enqueue(self, ref: TopicRef, raw: Sequence[object], *, batch: bool) -> Accepted:
         """Validate, place and store ``raw`` jobs for topic ``ref``; all or nothing."""
         topic = await self._config.get_topic(ref)
-        jobs = parse_jobs(raw, self.limits, batch=batch)
+        return await self._store(topic, parse_jobs(raw, self.limits, batch=batch))
+
+    async def accept(self, ref: TopicRef, body: object) -> Accepted:
+        """The same for an enqueue request's body (one job, or ``{"jobs": [...]}``)."""
+        topic = await self._config.get_topic(ref)
+        return await self._store(topic, parse_body(body, self.limits))
+
+    async def _store(self, topic: Topic, jobs: Sequence[Job]) -> Accepted:
         await self._guard.check(topic, len(jobs))
         items = self._place(topic, jobs)
         results = await self._queues.put(items)

@@ -103,7 +103,10 @@ async def error_middleware(request: web.Request, handler: Handler) -> web.Stream
             raise
         code = _HTTP_CODES.get(e.status, "http_error")
         message = e.reason if e.status != 413 else "request body is too large"
-        return error_response(e.status, code, message)
+        response = error_response(e.status, code, message)
+        if "Allow" in e.headers:  # a 405 says which methods the resource has (RFC 9110)
+            response.headers["Allow"] = e.headers["Allow"]
+        return response
     except json.JSONDecodeError as e:
         return error_response(400, "malformed", f"request body is not valid JSON: {e}")
     except UnicodeEncodeError:

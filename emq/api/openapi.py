@@ -1,392 +1,308 @@
-"""The OpenAPI 3.1 description served at ``/openapi.json``.
+"""The OpenAPI 3.1 document served at ``/openapi.json``, derived from the definitions.
 
-Written by hand next to the handlers; a test checks that it lists exactly the app's routes.
+Request bodies and query parameters are the models of :mod:`emq.core.schema` (the ones the
+API validates with), answers are the dictionaries of :mod:`emq.api.answers` (the ones the
+handlers build); their JSON Schemas become ``components.schemas``. What is written here is only
+the route table: who may call a route, which body it takes, what it answers. A test checks
+that the table lists exactly the app's routes, and a schemathesis run checks the server against
+the document (``tests/api/test_openapi_fuzz.py``).
 """
 
 from __future__ import annotations
 
-from typing import Any
+import functools
+import re
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from pydantic import TypeAdapter
+from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.core.model import DLQ_LIMITS, DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES
+from emq.api import answers, ui
+from emq.core import schema
 
-_NAME = {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"}
-_NS = {
-    "name": "namespace",
-    "in": "query",
-    "required": False,
-    "schema": {"type": "string", "enum": ["online", "sandbox"]},
+Auth = Literal["admin", "tenant", "none"]
+
+_ERRORS = {
+    400: "malformed JSON, or a body that is not a JSON object",
+    401: "missing or invalid token (checked before anything else)",
+    403: "not allowed for this token (a tenant token on an admin route)",
+    404: "unknown tenant or topic (another tenant's are unknown too)",
+    408: "request headers or body not received in time (EMQ_API_*_TIMEOUT_S)",
+    409: "already exists, or changed concurrently",
+    413: "job or request too large",
+    422: "invalid field; error.field names it (jobs[3].url, headers.X-A, retry.jitter)",
+    429: "topic backlog above max_backlog (see Retry-After)",
+    503: "Redis or ZooKeeper unreachable",
+}
+_AUTH_ERRORS: dict[Auth, tuple[int, ...]] = {
+    "admin": (401, 403),
+    "tenant": (401, 404),
+    "none": (),
 }
 
-# Dead-letter retention per group (README "Data at rest").
-_DLQ_DEFAULTS = {"dlq_max_entries": DLQ_MAX_ENTRIES, "dlq_max_age_s": DLQ_MAX_AGE_S}
-_DLQ_SETTINGS: dict[str, Any] = {
-    name: {"type": "integer", "minimum": lo, "maximum": hi, "default": _DLQ_DEFAULTS[name]}
-    for name, (lo, hi) in DLQ_LIMITS.items()
+
+@dataclass(frozen=True)
+class Route:
+    method: str
+    path: str
+    summary: str
+    auth: Auth
+    answer: tuple[int, str, type[Any] | None]
+    errors: tuple[int, ...] = (503,)
+    body: Any = None  # a model of emq.core.schema, or a JSON Schema
+    query: type[schema.Query] | None = None
+
+
+_TOPIC = "/v1/tenants/{tenant}/topics/{topic}"
+_BODY_ERRORS = (400, 408, 422, 503)
+ROUTES = (
+    Route(
+        "post",
+        "/v1/tenants",
+        "Create a tenant; the answer holds its API token, shown once",
+        "admin",
+        (201, "created", answers.TenantCreated),
+        (*_BODY_ERRORS, 409),
+        schema.TenantIn,
+    ),
+    Route("get", "/v1/tenants", "List tenants", "admin", (200, "tenants", answers.Tenants)),
+    Route(
+        "post",
+        "/v1/tenants/{tenant}/topics",
+        "Create a topic; groups follow the split rule",
+        "admin",
+        (201, "created", answers.TopicView),
+        (*_BODY_ERRORS, 404, 409),
+        schema.TopicIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        "/v1/tenants/{tenant}/topics",
+        "List a tenant's topics",
+        "tenant",
+        (200, "topics", answers.Topics),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        _TOPIC,
+        "Show a topic: quota, groups, backlog per priority, delivered/s, paused",
+        "tenant",
+        (200, "topic", answers.TopicView),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "patch",
+        _TOPIC,
+        "Change a topic live: quota, pause, retry, limits (at least one field)",
+        "admin",
+        (200, "topic", answers.TopicView),
+        (*_BODY_ERRORS, 404, 409),
+        schema.TopicPatch,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        _TOPIC + "/jobs",
+        "Enqueue one job or a batch; 202 = durably stored",
+        "tenant",
+        (202, "accepted", answers.Accepted),
+        (*_BODY_ERRORS, 413, 429),
+        {"oneOf": [schema.JobIn, schema.JobBatchIn]},
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        _TOPIC + "/dlq",
+        "List dead-lettered jobs, oldest first",
+        "tenant",
+        (200, "dead letters", answers.DeadLetters),
+        (422, 503),
+        query=schema.DlqQuery,
+    ),
+    Route(
+        "post",
+        _TOPIC + "/dlq/replay",
+        "Put dead letters back in their queues (delivered at the quota)",
+        "tenant",
+        (200, "replayed", answers.Replayed),
+        _BODY_ERRORS,
+        schema.ReplayIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        "/v1/workers",
+        "The worker fleet: members, their groups, epochs and rates",
+        "admin",
+        (200, "the fleet", answers.Fleet),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        "/v1/topics",
+        "Every topic the caller may see (admin: all; a tenant: its own), with backlog, delayed "
+        "and delivered/s: what the console polls",
+        "tenant",
+        (200, "the topics", None),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route("get", "/ui", "The web console (redirects to /ui/)", "none", (302, "redirect", None), ()),
+    Route("get", "/ui/", "The web console's page", "none", (200, "the page", None), ()),
+    Route(
+        "get",
+        "/ui/{name}",
+        "The web console's script and style sheet",
+        "none",
+        (200, "the file", None),
+        (404,),
+    ),
+    Route("get", "/healthz", "Liveness and backends", "none", (200, "ok", answers.Health)),
+    Route("get", "/metrics", "Prometheus metrics (text)", "none", (200, "metrics", None), ()),
+    Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
+)
+
+
+# The console's routes (emq.api.ui) answer files, not JSON: their content types.
+_CONSOLE_TYPES: dict[str, tuple[str, ...]] = {
+    "/ui": (),
+    "/ui/": ("text/html",),
+    "/ui/{name}": ("text/javascript", "text/css"),
 }
 
 
-def _ref(name: str) -> dict[str, str]:
-    return {"$ref": f"#/components/schemas/{name}"}
+def _ref(model: type[Any]) -> dict[str, str]:
+    return {"$ref": f"#/components/schemas/{model.__name__}"}
 
 
-def _path_params(*names: str) -> list[dict[str, Any]]:
-    return [{"name": n, "in": "path", "required": True, "schema": _NAME} for n in names]
+def _models() -> list[tuple[type[Any], Literal["validation", "serialization"]]]:
+    requests = [(m, "validation") for m in (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)]
+    replies = [(r.answer[2], "serialization") for r in ROUTES if r.answer[2] is not None]
+    return [*requests, *replies, (answers.Error, "serialization")]  # type: ignore[list-item]
 
 
-def _body(schema: dict[str, Any]) -> dict[str, Any]:
-    return {"required": True, "content": {"application/json": {"schema": schema}}}
+class _Generator(GenerateJsonSchema):
+    """pydantic's JSON Schema, with a dict whose keys have a pattern said as JSON Schema means
+    it: ``propertyNames`` (pydantic's ``patternProperties`` would let other keys through)."""
+
+    def dict_schema(self, schema: Any) -> dict[str, Any]:
+        out = super().dict_schema(schema)
+        patterns = out.get("patternProperties", {})
+        if len(patterns) == 1:
+            ((pattern, values),) = patterns.items()
+            del out["patternProperties"]
+            out["propertyNames"] = {"pattern": pattern}
+            out["additionalProperties"] = values
+        return out
 
 
-def _answer(status: int, description: str, schema: dict[str, Any] | None = None) -> dict[str, Any]:
-    out: dict[str, Any] = {"description": description}
-    if schema is not None:
-        out["content"] = {"application/json": {"schema": schema}}
-    return {str(status): out}
+def _components() -> dict[str, Any]:
+    inputs = [(m, mode, TypeAdapter(m)) for m, mode in dict(_models()).items()]
+    _, top = TypeAdapter.json_schemas(
+        inputs, ref_template="#/components/schemas/{model}", schema_generator=_Generator
+    )
+    return dict(top["$defs"])
 
 
-def _errors(*statuses: int) -> dict[str, Any]:
-    text = {
-        400: "malformed JSON",
-        401: "missing or invalid token",
-        403: "not allowed for this token",
-        404: "unknown tenant or topic",
-        408: "request headers or body not received in time (EMQ_API_*_TIMEOUT_S)",
-        409: "already exists",
-        413: "job or request too large",
-        422: "invalid field (error.field names it)",
-        429: "topic backlog above max_backlog (see Retry-After)",
-        503: "Redis or ZooKeeper unreachable",
-    }
-    out: dict[str, Any] = {}
-    for s in sorted(statuses):
-        out |= _answer(s, text[s], _ref("Error"))
+def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]]:
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": _name_schema()}
+        for name in ("tenant", "topic")
+        if "{" + name + "}" in route.path
+    ]
+    if "{name}" in route.path:
+        schema_ = {"type": "string", "enum": sorted(ui.FILES)}
+        params.append({"name": "name", "in": "path", "required": True, "schema": schema_})
+    if route.query is not None:
+        props = components[route.query.__name__]["properties"]
+        params += [
+            {"name": name, "in": "query", "required": False, "schema": _plain(prop)}
+            for name, prop in props.items()
+        ]
+    return params
+
+
+def _name_schema() -> dict[str, Any]:
+    return {"type": "string", "pattern": schema.NAME_PATTERN}
+
+
+def _plain(prop: dict[str, Any]) -> dict[str, Any]:
+    """A query parameter's schema: the non-null branch of an optional field, without title."""
+    branches = [b for b in prop.get("anyOf", [prop]) if b.get("type") != "null"]
+    out = {k: v for k, v in branches[0].items() if k != "title"}
+    if "default" in prop and prop["default"] is not None:
+        out["default"] = prop["default"]
     return out
 
 
-_SCHEMAS: dict[str, Any] = {
-    "Error": {
-        "type": "object",
-        "required": ["error"],
-        "properties": {
-            "error": {
-                "type": "object",
-                "required": ["code", "message"],
-                "properties": {
-                    "code": {"type": "string"},
-                    "message": {"type": "string"},
-                    "field": {"type": "string"},
-                },
-            }
-        },
-    },
-    "Retry": {
-        "type": "object",
-        "properties": {
-            "max_attempts": {"type": "integer", "minimum": 1, "maximum": 100, "default": 8},
-            "base_delay_s": {"type": "number", "default": 1.0},
-            "multiplier": {"type": "number", "default": 2.0},
-            "max_delay_s": {"type": "number", "default": 600.0},
-            "jitter": {"type": "number", "minimum": 0, "maximum": 1, "default": 0.2},
-        },
-        "additionalProperties": False,
-    },
-    "TopicSettings": {
-        "type": "object",
-        "properties": {
-            "qps": {"type": "integer", "minimum": 1},
-            "paused": {"type": "boolean"},
-            "retry": _ref("Retry"),
-            "endpoint_concurrency": {"type": "integer", "minimum": 1, "maximum": 10000},
-            "max_backlog": {"type": "integer", "minimum": 1},
-            "priority_mode": {"type": "string", "enum": ["strict", "weighted"]},
-            **_DLQ_SETTINGS,
-        },
-        "additionalProperties": False,
-    },
-    "Topic": {
-        "type": "object",
-        "properties": {
-            "namespace": {"type": "string"},
-            "tenant": {"type": "string"},
-            "topic": {"type": "string"},
-            "qps": {"type": "integer"},
-            "groups": {"type": "integer"},
-            "group_qps": {"type": "array", "items": {"type": "integer"}},
-            "paused": {"type": "boolean"},
-            "max_backlog": {"type": "integer"},
-            "endpoint_concurrency": {"type": "integer"},
-            "priority_mode": {"type": "string"},
-            "retry": _ref("Retry"),
-            **_DLQ_SETTINGS,
-            "secret": {"type": "string", "description": "signing secret; only on creation"},
-            "backlog": {
-                "type": "object",
-                "properties": {p: {"type": "integer"} for p in ("high", "medium", "low")},
-            },
-            "delayed": {"type": "integer"},
-            "per_group": {"type": "array", "items": {"type": "object"}},
-        },
-    },
-    "Job": {
-        "type": "object",
-        "required": ["url"],
-        "additionalProperties": False,
-        "properties": {
-            "url": {"type": "string", "format": "uri", "description": "http or https"},
-            "method": {
-                "type": "string",
-                "enum": ["GET", "POST", "PUT", "PATCH", "DELETE", "HEAD", "OPTIONS"],
-                "default": "POST",
-            },
-            "headers": {"type": "object", "additionalProperties": {"type": "string"}},
-            "body": {"type": ["string", "object", "array", "null"]},
-            "priority": {"type": "string", "enum": ["high", "medium", "low"], "default": "medium"},
-            "key": {"type": "string", "description": "same key, same group, order kept"},
-            "idempotency_key": {"type": "string"},
-            "delay_s": {"type": "number", "minimum": 0},
-        },
-    },
-    "Accepted": {
-        "type": "object",
-        "properties": {
-            "ids": {"type": "array", "items": {"type": "string"}},
-            "duplicates": {"type": "integer"},
-        },
-    },
-    "DeadLetter": {
-        "type": "object",
-        "properties": {
-            "id": {"type": "string"},
-            "job_id": {"type": ["string", "null"]},
-            "priority": {"type": "string"},
-            "job": {"oneOf": [_ref("Job"), {"type": "null"}]},
-            "raw": {
-                "type": "string",
-                "description": "an entry that could not be read as a job (job is null), as text",
-            },
-            "error": {"type": "string"},
-            "status": {"type": ["integer", "null"]},
-            "attempts": {"type": "integer"},
-            "failed_at": {"type": "number"},
-        },
-    },
-}
+def _body(body: Any) -> dict[str, Any]:
+    if isinstance(body, dict):
+        body = {k: [_ref(m) for m in v] for k, v in body.items()}
+    else:
+        body = _ref(body)
+    return {"required": True, "content": {"application/json": {"schema": body}}}
 
 
-_SCHEMAS["FleetWorker"] = {
-    "type": "object",
-    "description": "A registered worker and what the current assignment gives it",
-    "properties": {
-        "id": {"type": "string"},
-        "host": {"type": "string"},
-        "pid": {"type": "integer"},
-        "weight": {"type": "integer", "description": "capacity weight"},
-        "started_at": {"type": "number", "description": "registration time, epoch seconds"},
-        "metrics": {
-            "type": "string",
-            "description": "host:port of the worker's /metrics and /healthz ('' if none)",
-        },
-        "leader": {"type": "boolean"},
-        "group_count": {"type": "integer"},
-        "groups": {
-            "type": "array",
-            "items": {
-                "type": "object",
-                "properties": {
-                    "group": {"type": "string", "description": "namespace/tenant/topic/g<i>"},
-                    "epoch": {"type": "integer", "description": "the owner's fencing epoch"},
-                },
-            },
-        },
-        "delivered_per_s": {"type": "number", "description": "as last published by the worker"},
-        "topics_per_s": {"type": "object", "additionalProperties": {"type": "number"}},
-    },
-}
-_SCHEMAS["Fleet"] = {
-    "type": "object",
-    "properties": {
-        "namespace": {"type": "string"},
-        "generation": {"type": "integer", "description": "of the assignment; only grows"},
-        "leader": {"type": ["string", "null"]},
-        "assigned_at": {"type": "number", "description": "when the leader wrote it, epoch s"},
-        "workers": {"type": "array", "items": _ref("FleetWorker")},
-        "orphans": {
-            "type": "array",
-            "description": "groups assigned to a worker that is no longer registered",
-            "items": {
-                "type": "object",
-                "properties": {"group": {"type": "string"}, "worker": {"type": "string"}},
-            },
-        },
-    },
-}
+def _responses(route: Route) -> dict[str, Any]:
+    status, description, model = route.answer
+    ok: dict[str, Any] = {"description": description}
+    if model is not None:
+        ok["content"] = {"application/json": {"schema": _ref(model)}}
+    elif route.path == "/metrics":
+        ok["content"] = {"text/plain": {"schema": {"type": "string"}}}
+    elif route.path in _CONSOLE_TYPES:
+        types = _CONSOLE_TYPES[route.path]
+        ok["content"] = {t: {"schema": {"type": "string"}} for t in types}
+        if not types:
+            del ok["content"]
+    else:
+        ok["content"] = {"application/json": {"schema": {"type": "object"}}}
+    out = {str(status): ok}
+    for code in sorted({*_AUTH_ERRORS[route.auth], *route.errors}):
+        content = {"application/json": {"schema": _ref(answers.Error)}}
+        out[str(code)] = {"description": _ERRORS[code], "content": content}
+    if route.path == "/healthz":
+        out["503"]["content"] = {"application/json": {"schema": _ref(answers.Health)}}
+    return out
 
 
-def _page(summary: str, status: int, kind: str) -> dict[str, Any]:
-    """A route of the console's static files: served to anyone."""
-    return {"summary": summary, "security": [], "responses": _answer(status, kind) | _errors(404)}
-
-
-def _paths() -> dict[str, Any]:
-    topic = "/v1/tenants/{tenant}/topics/{topic}"
-    tp = [*_path_params("tenant", "topic"), _NS]
-    return {
-        "/v1/tenants": {
-            "post": {
-                "summary": "Create a tenant (admin); the answer holds its API token, shown once",
-                "requestBody": _body(
-                    {
-                        "type": "object",
-                        "required": ["tenant"],
-                        "properties": {"tenant": _NAME, "name": {"type": "string"}},
-                    }
-                ),
-                "responses": _answer(201, "created") | _errors(400, 401, 408, 403, 409, 422, 503),
-            },
-            "get": {
-                "summary": "List tenants (admin)",
-                "responses": _answer(200, "tenants") | _errors(401, 403, 503),
-            },
-        },
-        "/v1/tenants/{tenant}/topics": {
-            "parameters": [*_path_params("tenant"), _NS],
-            "post": {
-                "summary": "Create a topic (admin); groups follow the split rule",
-                "requestBody": _body(
-                    {
-                        "allOf": [_ref("TopicSettings")],
-                        "required": ["topic", "qps"],
-                        "properties": {"topic": _NAME, "namespace": _NS["schema"]},
-                    }
-                ),
-                "responses": _answer(201, "created", _ref("Topic"))
-                | _errors(400, 401, 408, 403, 404, 409, 422, 503),
-            },
-            "get": {
-                "summary": "List a tenant's topics",
-                "responses": _answer(200, "topics") | _errors(401, 404, 503),
-            },
-        },
-        topic: {
-            "parameters": tp,
-            "get": {
-                "summary": "Show a topic: quota, groups, backlog per priority, paused",
-                "responses": _answer(200, "topic", _ref("Topic")) | _errors(401, 404, 422, 503),
-            },
-            "patch": {
-                "summary": "Change a topic live (admin): quota, pause, retry, limits",
-                "requestBody": _body(_ref("TopicSettings")),
-                "responses": _answer(200, "topic", _ref("Topic"))
-                | _errors(400, 401, 408, 403, 404, 409, 422, 503),
-            },
-        },
-        topic + "/jobs": {
-            "parameters": tp,
-            "post": {
-                "summary": "Enqueue one job or a batch of up to 1000; 202 = durably stored",
-                "requestBody": _body(
-                    {
-                        "oneOf": [
-                            _ref("Job"),
-                            {
-                                "type": "object",
-                                "required": ["jobs"],
-                                "properties": {
-                                    "jobs": {
-                                        "type": "array",
-                                        "items": _ref("Job"),
-                                        "maxItems": 1000,
-                                    }
-                                },
-                            },
-                        ]
-                    }
-                ),
-                "responses": _answer(202, "accepted", _ref("Accepted"))
-                | _errors(400, 401, 408, 404, 413, 422, 429, 503),
-            },
-        },
-        topic + "/dlq": {
-            "parameters": [
-                *tp,
-                {"name": "limit", "in": "query", "schema": {"type": "integer", "maximum": 1000}},
-                {"name": "cursor", "in": "query", "schema": {"type": "string"}},
-            ],
-            "get": {
-                "summary": "List dead-lettered jobs, oldest first",
-                "responses": _answer(
-                    200,
-                    "dead letters",
-                    {
-                        "type": "object",
-                        "properties": {
-                            "dead": {"type": "array", "items": _ref("DeadLetter")},
-                            "next_cursor": {"type": ["string", "null"]},
-                        },
-                    },
-                )
-                | _errors(401, 404, 422, 503),
-            },
-        },
-        topic + "/dlq/replay": {
-            "parameters": tp,
-            "post": {
-                "summary": "Put dead letters back in their queues (delivered at the quota)",
-                "requestBody": _body(
-                    {
-                        "type": "object",
-                        "properties": {
-                            "ids": {"type": "array", "items": {"type": "string"}},
-                            "limit": {"type": "integer", "minimum": 1},
-                        },
-                    }
-                ),
-                "responses": _answer(200, "replayed") | _errors(400, 401, 408, 404, 422, 503),
-            },
-        },
-        "/v1/workers": {
-            "parameters": [_NS],
-            "get": {
-                "summary": "The worker fleet (admin): members, their groups, epochs and rates",
-                "responses": _answer(200, "the fleet", _ref("Fleet")) | _errors(401, 403, 422, 503),
-            },
-        },
-        "/v1/topics": {
-            "parameters": [_NS],
-            "get": {
-                "summary": "Every topic the caller may see (admin: all; a tenant: its own), "
-                "with backlog, delayed and delivered/s: what the console polls",
-                "responses": _answer(200, "the topics") | _errors(401, 422, 503),
-            },
-        },
-        "/ui": {"get": _page("The web console (redirects to /ui/)", 302, "redirect")},
-        "/ui/": {"get": _page("The web console's page (no token needed)", 200, "html")},
-        "/ui/{name}": {
-            "parameters": [
-                {
-                    "name": "name",
-                    "in": "path",
-                    "required": True,
-                    "schema": {"type": "string", "enum": ["app.js", "app.css"]},
-                }
-            ],
-            "get": _page("The web console's script and style sheet", 200, "file"),
-        },
-        "/healthz": {"get": {"summary": "Liveness and backends", "responses": _answer(200, "ok")}},
-        "/metrics": {"get": {"summary": "Prometheus metrics", "responses": _answer(200, "text")}},
-        "/openapi.json": {"get": {"summary": "This document", "responses": _answer(200, "spec")}},
+def _operation(route: Route, components: dict[str, Any]) -> dict[str, Any]:
+    op: dict[str, Any] = {
+        "summary": route.summary + ("" if route.auth != "admin" else " (admin token)"),
+        "operationId": route.method + re.sub(r"[^a-z0-9]+", "_", route.path).rstrip("_"),
+        "security": [] if route.auth == "none" else [{"bearer": []}],
+        "responses": _responses(route),
     }
+    if route.auth == "tenant":
+        op["description"] = "The tenant's own token or the admin token."
+    params = _parameters(route, components)
+    if params:
+        op["parameters"] = params
+    if route.body is not None:
+        op["requestBody"] = _body(route.body)
+    return op
 
 
+@functools.cache
 def spec() -> dict[str, Any]:
+    """The document (built once: the definitions do not change while the process runs)."""
+    components = _components()
+    paths: dict[str, Any] = {}
+    for route in ROUTES:
+        paths.setdefault(route.path, {})[route.method] = _operation(route, components)
     return {
         "openapi": "3.1.0",
         "info": {"title": "EMQ API", "version": __version__},
         "components": {
-            "schemas": _SCHEMAS,
+            "schemas": components,
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
         },
-        "security": [{"bearer": []}],
-        "paths": _paths(),
+        "paths": paths,
     }

@@ -1,16 +1,17 @@
 """The core model: namespaces, tenants, topics, groups, physical queues, priorities and jobs.
 
 Everything here is plain data with validation. Parsing user input goes through the
-``parse`` class methods, which raise :class:`~emq.core.errors.InvalidInput` naming the offending
-field (``url``, ``headers.X-Trace``, ``retry.max_attempts``) so the API and the CLI can report it
-precisely. Nothing here does I/O or imports another EMQ package.
+``parse`` class methods, which validate with the API's schema (:mod:`emq.core.schema`, imported
+when first needed) and then run the checks a schema cannot express; both raise
+:class:`~emq.core.errors.InvalidInput` naming the offending field (``url``, ``headers.X-Trace``,
+``retry.max_attempts``) so the API and the CLI can report it precisely. Nothing here does I/O or
+imports another EMQ package.
 """
 
 from __future__ import annotations
 
 import enum
 import json
-import math
 import os
 import re
 import time
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
 from emq.core.errors import InvalidInput, PayloadTooLarge
-from emq.core.outbound import check_header, check_text, push_url, utf8
+from emq.core.outbound import check_text, push_url, utf8
 
 NAME_RE = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 
@@ -95,34 +96,6 @@ def _int_in(value: object, field_name: str, lo: int, hi: int) -> int:
         raise InvalidInput(field_name, f"must be an integer, got {type(value).__name__}")
     if not lo <= value <= hi:
         raise InvalidInput(field_name, f"must be between {lo} and {hi}, got {value}")
-    return value
-
-
-def _number_in(value: object, field_name: str, lo: float, hi: float) -> float:
-    if isinstance(value, bool) or not isinstance(value, int | float):
-        raise InvalidInput(field_name, f"must be a number, got {type(value).__name__}")
-    if not math.isfinite(value) or not lo <= value <= hi:
-        raise InvalidInput(field_name, f"must be between {lo:g} and {hi:g}, got {value}")
-    return float(value)
-
-
-def _optional_str(value: object, field_name: str, max_len: int) -> str | None:
-    if value is None:
-        return None
-    if not isinstance(value, str):
-        raise InvalidInput(field_name, f"must be a string, got {type(value).__name__}")
-    if not value or len(value) > max_len:
-        raise InvalidInput(field_name, f"must be 1-{max_len} characters")
-    return check_text(value, field_name)
-
-
-def _object(value: object, field_name: str | None, allowed: frozenset[str]) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise InvalidInput(field_name, f"must be a JSON object, got {type(value).__name__}")
-    for key in value:
-        if key not in allowed:
-            name = f"{field_name}.{key}" if field_name else str(key)
-            raise InvalidInput(name, "unknown field")
     return value
 
 
@@ -208,26 +181,15 @@ class RetryPolicy:
 
     @classmethod
     def parse(cls, value: object, field_name: str = "retry") -> RetryPolicy:
-        obj = _object(value, field_name, cls._FIELDS)
-        d = cls()
-        policy = cls(
-            max_attempts=_int_in(
-                obj.get("max_attempts", d.max_attempts), f"{field_name}.max_attempts", 1, 100
-            ),
-            base_delay_s=_number_in(
-                obj.get("base_delay_s", d.base_delay_s), f"{field_name}.base_delay_s", 0.01, 86400
-            ),
-            multiplier=_number_in(
-                obj.get("multiplier", d.multiplier), f"{field_name}.multiplier", 1.0, 10.0
-            ),
-            max_delay_s=_number_in(
-                obj.get("max_delay_s", d.max_delay_s), f"{field_name}.max_delay_s", 0.01, 7 * 86400
-            ),
-            jitter=_number_in(obj.get("jitter", d.jitter), f"{field_name}.jitter", 0.0, 1.0),
-        )
-        if policy.max_delay_s < policy.base_delay_s:
+        from emq.core import schema  # here: pydantic loads on first parse
+
+        return schema.validate(schema.RetryIn, value, field_name).policy(field_name)
+
+    def check(self, field_name: str = "retry") -> RetryPolicy:
+        """The rule between two fields that the schema cannot state."""
+        if self.max_delay_s < self.base_delay_s:
             raise InvalidInput(f"{field_name}.max_delay_s", "must not be below base_delay_s")
-        return policy
+        return self
 
     def to_dict(self) -> dict[str, Any]:
         return {name: getattr(self, name) for name in sorted(self._FIELDS)}
@@ -328,19 +290,16 @@ RESERVED_HEADERS = frozenset(
 
 @dataclass(frozen=True, slots=True)
 class JobLimits:
-    """Size limits applied when parsing a job; exceeding one is ``PayloadTooLarge`` (413)."""
+    """Size limits applied when parsing a job; exceeding one is ``PayloadTooLarge`` (413).
+
+    They are configurable, so they are checked here rather than by the schema (which states the
+    defaults); limits that are not sizes (``key`` 1-256 characters, ``delay_s``) are the schema's.
+    """
 
     max_body_bytes: int = 256 * 1024
     max_url_chars: int = 2048
     max_headers: int = 64
     max_header_bytes: int = 16 * 1024
-    max_key_chars: int = 256
-    max_delay_s: float = 30 * 86400.0
-
-
-JOB_FIELDS = frozenset(
-    {"url", "method", "headers", "body", "priority", "key", "idempotency_key", "delay_s"}
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,23 +318,36 @@ class Job:
     @classmethod
     def parse(cls, value: object, limits: JobLimits | None = None) -> Job:
         """Validate a job as sent by a tenant (decoded JSON) and build it."""
-        lim = limits or JobLimits()
-        obj = _object(value, None, JOB_FIELDS)
-        if "url" not in obj:
-            raise InvalidInput("url", "is required")
-        headers = _parse_headers(obj.get("headers"), lim)
-        body, headers = _parse_body(obj.get("body"), headers, lim)
+        from emq.core import schema  # here: pydantic loads on first parse
+
+        return schema.validate(schema.JobIn, value).job(limits or _LIMITS)
+
+    @classmethod
+    def checked(
+        cls,
+        url: str,
+        method: str,
+        headers: Mapping[str, str] | None,
+        body: object,
+        priority: str,
+        key: str | None,
+        idempotency_key: str | None,
+        delay_s: float,
+        lim: JobLimits,
+    ) -> Job:
+        """A job from fields the schema has validated, after the checks it cannot express:
+        sendability, sizes (413), reserved and repeated headers, lone surrogates."""
+        checked_headers = _check_headers(headers, lim) if headers else {}
+        text, checked_headers = _check_body(body, checked_headers, lim)
         return cls(
-            url=_parse_url(obj["url"], lim),
-            method=_parse_method(obj.get("method", "POST")),
-            headers=headers,
-            body=body,
-            priority=Priority.parse(obj.get("priority", "medium")),
-            key=_optional_str(obj.get("key"), "key", lim.max_key_chars),
-            idempotency_key=_optional_str(
-                obj.get("idempotency_key"), "idempotency_key", lim.max_key_chars
-            ),
-            delay_s=_number_in(obj.get("delay_s", 0), "delay_s", 0.0, lim.max_delay_s),
+            _check_url(url, lim),
+            _METHODS[method],
+            checked_headers,
+            text,
+            _PRIORITIES[priority],
+            None if key is None else check_text(key, "key"),
+            None if idempotency_key is None else check_text(idempotency_key, "idempotency_key"),
+            delay_s,
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -397,49 +369,43 @@ class Job:
         return d
 
 
-def _parse_url(value: object, lim: JobLimits) -> str:
-    if not isinstance(value, str):
-        raise InvalidInput("url", f"must be a string, got {type(value).__name__}")
+_LIMITS = JobLimits()
+
+
+def _check_url(value: str, lim: JobLimits) -> str:
     if len(value) > lim.max_url_chars:
         raise PayloadTooLarge("url", f"is longer than {lim.max_url_chars} characters")
     push_url(value)  # the worker's own parse: what passes here can be sent
     return value
 
 
-def _parse_method(value: object) -> Method:
-    if isinstance(value, str):
-        try:
-            return Method(value.upper())
-        except ValueError:
-            pass
-    allowed = ", ".join(m.value for m in Method)
-    raise InvalidInput("method", f"must be one of {allowed}, got {value!r}")
-
-
-def _parse_headers(value: object, lim: JobLimits) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise InvalidInput("headers", f"must be a JSON object, got {type(value).__name__}")
+def _check_headers(value: Mapping[str, str], lim: JobLimits) -> dict[str, str]:
     if len(value) > lim.max_headers:
         raise PayloadTooLarge("headers", f"has more than {lim.max_headers} headers")
     seen: set[str] = set()
     total = 0
     for name, val in value.items():
-        fname = f"headers.{name}"
-        check_header(name, val, fname)
-        if name.lower() in RESERVED_HEADERS:
-            raise InvalidInput(fname, "is set by EMQ and may not be given")
-        if name.lower() in seen:
-            raise InvalidInput(fname, "is given twice (header names are case-insensitive)")
-        seen.add(name.lower())
-        total += len(name) + len(utf8(val, fname))
+        # The schema has checked each name is a token and each value carries no control
+        # character (what emq.core.outbound.check_header checks in the worker); left: what
+        # depends on the other headers, and lone surrogates.
+        lower = name.lower()
+        if lower in RESERVED_HEADERS:
+            raise InvalidInput(f"headers.{name}", "is set by EMQ and may not be given")
+        if lower in seen:
+            raise InvalidInput(
+                f"headers.{name}", "is given twice (header names are case-insensitive)"
+            )
+        seen.add(lower)
+        total += len(name) + (len(val) if val.isascii() else len(utf8(val, f"headers.{name}")))
     if total > lim.max_header_bytes:
         raise PayloadTooLarge("headers", f"are larger than {lim.max_header_bytes} bytes")
     return dict(value)
 
 
-def _parse_body(
+_COMPACT_JSON = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False).encode
+
+
+def _check_body(
     value: object, headers: dict[str, str], lim: JobLimits
 ) -> tuple[str | None, dict[str, str]]:
     if value is None:
@@ -447,7 +413,7 @@ def _parse_body(
     if isinstance(value, Mapping | list):
         # A JSON body given as an object is sent as compact JSON, typed unless the tenant typed it.
         try:
-            value = json.dumps(value, separators=(",", ":"), ensure_ascii=False)
+            value = _COMPACT_JSON(value)
         except RecursionError:
             raise InvalidInput("body", "is nested too deeply") from None
         if not any(h.lower() == "content-type" for h in headers):

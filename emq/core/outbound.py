@@ -36,9 +36,11 @@ _HOST_LABEL = re.compile(r"[a-z0-9_-]{1,63}")
 MAX_HOST_CHARS = 253
 # RFC 9110 field values: no C0 control except HTAB, no DEL (aiohttp refuses the same set when
 # it writes a request: "Forbidden control character detected in headers").
-_FIELD_VALUE_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+FIELD_VALUE_FORBIDDEN = r"\x00-\x08\x0a-\x1f\x7f"  # a character class's contents
+_FIELD_VALUE_FORBIDDEN = re.compile(f"[{FIELD_VALUE_FORBIDDEN}]")
 # RFC 9110 field names are tokens.
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+TOKEN = r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+"
+_TOKEN = re.compile(TOKEN)
 URL_CACHE_SIZE = 4096  # a topic's jobs mostly share a few URLs
 
 

@@ -1,0 +1,68 @@
+"""Schemathesis hooks for ``test_openapi_fuzz.py``: rules JSON Schema cannot state.
+
+Before a generated request is sent, a body that breaks one of these rules is mended, so that
+"valid by the schema" means "accepted by the server" (the ``positive_data_acceptance`` check;
+schemathesis re-reads whether a mended body is valid). The server refuses each broken form with
+422 naming the field, as ``tests/api/test_bad_input.py`` and ``tests/emq`` pin:
+
+* a retry policy's ``max_delay_s`` must not be below its ``base_delay_s`` (swapped);
+* header names are case-insensitive: ``X-A`` and ``x-a`` may not both be given (one dropped);
+* a job's URL must be one the worker can send (``emq.core.outbound.push_url``: IDNA, port);
+  an http(s) URL that is not is replaced by one that is.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import schemathesis
+
+from emq.core.errors import InvalidInput
+from emq.core.model import RetryPolicy
+from emq.core.outbound import push_url
+
+_RETRY = RetryPolicy()
+_SENDABLE = "https://example.com/hook"
+
+
+def _number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _mend_retry(retry: object) -> None:
+    if not isinstance(retry, dict):
+        return
+    base = retry.get("base_delay_s", _RETRY.base_delay_s)
+    top = retry.get("max_delay_s", _RETRY.max_delay_s)
+    # Swapped only when both are in range: a swap must not make an out-of-range value valid.
+    if _number(base) and _number(top) and 0.01 <= top < base <= 86400:
+        retry["base_delay_s"], retry["max_delay_s"] = top, base
+
+
+def _mend_job(job: object) -> None:
+    if not isinstance(job, dict):
+        return
+    headers = job.get("headers")
+    if isinstance(headers, dict):
+        seen: set[str] = set()
+        for name in list(headers):
+            if name.lower() in seen:
+                del headers[name]
+            seen.add(name.lower())
+    url = job.get("url")
+    if isinstance(url, str) and url[:4].lower() == "http" and len(url) <= 2048:
+        try:
+            push_url(url)
+        except InvalidInput:
+            job["url"] = _SENDABLE
+
+
+@schemathesis.hook
+def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    body = case.body
+    if not isinstance(body, dict):
+        return
+    _mend_retry(body.get("retry"))
+    jobs = body.get("jobs")
+    for job in jobs if isinstance(jobs, list) else [body]:
+        _mend_job(job)

@@ -1,0 +1,151 @@
+"""The server against its own OpenAPI document: schemathesis, every check, zero failures.
+
+``emq api``'s app and runner (connection guards included) serve on a loopback port over the
+session's real Redis and ZooKeeper; schemathesis (``--checks all``) reads ``/openapi.json`` and
+sends what it generates from it, valid and invalid, as the admin on admin routes and as a
+tenant on a tenant's routes (pinned to that tenant's topic, so its jobs are really accepted).
+The examples are bounded to keep this under a minute; the README shows the long run. The
+rules a JSON Schema cannot state are taught to schemathesis by ``fuzz_hooks.py``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+from aiohttp import web
+
+from emq.api import ApiSettings, make_app
+from emq.api.server import make_runner
+from emq.compose import open_config, open_fleet_view, open_history, open_queues
+from emq.core.model import MAX_TOPIC_QPS
+from emq.core.settings import Settings
+from emq.stack import free_port
+from tests.api.conftest import ADMIN
+
+ROOT = Path(__file__).resolve().parents[2]
+# Examples per operation and phase: bounded so the run takes well under a minute here;
+# ``FUZZ_EXAMPLES=1000`` for the long run (README, "The API contract").
+MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
+SEED = 13
+TENANT_ROUTES = {
+    "GET /v1/tenants/{tenant}/topics",
+    "GET /v1/tenants/{tenant}/topics/{topic}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/jobs",
+    "GET /v1/tenants/{tenant}/topics/{topic}/dlq",
+    "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replay",
+}
+ADMIN_ROUTES = {
+    "POST /v1/tenants",
+    "GET /v1/tenants",
+    "POST /v1/tenants/{tenant}/topics",
+    "PATCH /v1/tenants/{tenant}/topics/{topic}",
+    "GET /v1/workers",
+}
+
+
+@pytest.fixture
+async def live_api(settings: Settings) -> AsyncIterator[str]:
+    """``emq api`` as it serves in production (its runner, a fleet view), on a free port.
+
+    Every topic has one group (``EMQ_MAX_GROUP_QPS`` at the largest quota): groups never
+    shrink, so a topic created at 1 000 000 QPS (6667 groups) would refuse a later quota below
+    6667, a rule of the topic's history that no request schema can state.
+    """
+    settings = replace(settings, max_group_qps=MAX_TOPIC_QPS)
+    queues = await open_queues(settings)
+    config = await open_config(settings)
+    history = open_history(settings)
+    fleet = open_fleet_view(settings)
+    app = make_app(settings, ApiSettings(), config, queues, history, fleet)
+    runner = make_runner(app, ApiSettings())
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    try:
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        await runner.cleanup()
+        await fleet.aclose()
+        await history.aclose()
+        await config.aclose()
+        await queues.aclose()
+
+
+def config_toml(admin: str, tenant: str, examples: int) -> str:
+    """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
+    on the tenant routes. A 413 (too many jobs) is a rejection too."""
+    rejections = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "429"]
+    lines = [
+        'hooks = "tests.api.fuzz_hooks"',
+        f"seed = {SEED}",
+        "workers = 1",
+        "[generation]",
+        f"max-examples = {examples}",
+        "deterministic = true",
+        "[checks.negative_data_rejection]",
+        f"expected-statuses = {rejections}",
+    ]
+    for name in sorted(ADMIN_ROUTES):
+        lines += [
+            "[[operations]]",
+            f'include-name = "{name}"',
+            f'headers = {{ Authorization = "Bearer {admin}" }}',
+        ]
+    for name in sorted(TENANT_ROUTES):
+        lines += [
+            "[[operations]]",
+            f'include-name = "{name}"',
+            f'headers = {{ Authorization = "Bearer {tenant}" }}',
+            'parameters = { tenant = "fuzz", topic = "orders" }',
+        ]
+    return "\n".join(lines) + "\n"
+
+
+async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, str]:
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "schemathesis.cli",
+        "--config-file",
+        str(config),
+        "run",
+        f"{url}/openapi.json",
+        "--checks",
+        "all",
+        "--report",
+        "junit",
+        "--report-junit-path",
+        str(report),
+        cwd=config.parent,  # schemathesis keeps a cache in its working directory
+        env={**os.environ, "PYTHONPATH": str(ROOT)},  # for the hooks module
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await proc.communicate()
+    return proc.returncode or 0, out.decode(errors="replace")
+
+
+@pytest.mark.timeout(max(180, 10 * MAX_EXAMPLES))
+async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(f"{live_api}/v1/tenants", json={"tenant": "fuzz"}, headers=ADMIN)
+        token = (await r.json())["token"]
+        r = await http.post(
+            f"{live_api}/v1/tenants/fuzz/topics",
+            json={"topic": "orders", "qps": 100},
+            headers=ADMIN,
+        )
+        assert r.status == 201, await r.text()
+    config = tmp_path / "schemathesis.toml"
+    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES))
+    code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
+    assert code == 0, out
+    assert "No issues found" in out, out
