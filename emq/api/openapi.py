@@ -174,7 +174,7 @@ ROUTES = (
 _CONSOLE_TYPES: dict[str, tuple[str, ...]] = {
     "/ui": (),
     "/ui/": ("text/html",),
-    "/ui/{name}": ("text/javascript", "text/css"),
+    "/ui/{name}": tuple(sorted(set(ui.FILES.values()))),
 }
 
 

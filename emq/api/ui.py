@@ -27,7 +27,9 @@ if TYPE_CHECKING:
     from emq.api.app import Api
 
 ASSETS = Path(__file__).with_name("console")
-FILES = {"app.js", "app.css"}  # everything the page loads besides index.html
+# Everything the page loads besides index.html, with its type (said, not guessed: Python's
+# mimetypes answers differently across versions, and /openapi.json documents these).
+FILES = {"app.js": "text/javascript", "app.css": "text/css"}
 MAX_TOPICS = 500  # a console row each: beyond that a table is no longer read, and each costs reads
 
 # The page loads nothing but its own files and talks to nothing but this API.
@@ -58,7 +60,7 @@ class Console:
         name = request.match_info["name"]
         if name not in FILES:  # a fixed list: no path from the URL ever reaches the disk
             raise web.HTTPNotFound()
-        return web.FileResponse(ASSETS / name, headers=HEADERS)
+        return web.FileResponse(ASSETS / name, headers=HEADERS | {"Content-Type": FILES[name]})
 
     async def topics(self, request: web.Request) -> web.Response:
         """Every topic visible to the caller, with backlog, delayed and delivered/s."""
