@@ -12,13 +12,13 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from emq.cli.commands import _command, _group, _print_json, _run, _table
+from emq.cli.topics import _command, _group, _print_json, _run, _table
 from emq.client import Client
 from emq.core.errors import InvalidInput
 from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    from emq.cli.commands import Subparsers
+    from emq.cli.topics import Subparsers
 
 
 def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:

@@ -21,7 +21,7 @@ from allocator.settings import FleetSettings
 from emq import __version__
 from emq.api.app import ApiSettings
 from emq.cli.capacity import add_commands as add_capacity_commands
-from emq.cli.commands import add_commands
+from emq.cli.topics import add_commands
 from emq.cli.fleet import add_fleet_commands
 from emq.cli.zk import add_zk_commands
 from emq.core.errors import EmqError

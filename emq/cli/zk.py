@@ -25,7 +25,7 @@ from emq.core.errors import EmqError
 from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    from emq.cli.commands import Subparsers
+    from emq.cli.topics import Subparsers
 
 
 def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:
