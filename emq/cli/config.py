@@ -131,20 +131,24 @@ def cmd_config(args: argparse.Namespace, settings: Settings) -> int:
         doc = {r["variable"]: {k: v for k, v in r.items() if k != "variable"} for r in listing}
         print(json.dumps(doc, indent=2))
         return 0
+    width = max(len(r["variable"]) for r in listing)
+    values = [_text(r["value"]) for r in listing]
+    value_width = max(len(v) for v in values)
     section = None
-    for r in listing:
+    for r, value in zip(listing, values, strict=True):
         if r["section"] != section:
+            print(("\n" if section else "") + f"[{r['section']}]")
             section = r["section"]
-            print(("" if r is listing[0] else "\n") + f"[{section}]")
-        print(f"{r['variable']:<32} {_text(r['value']):<28} {r['source']}")
+        print(f"{r['variable']:<{width}}  {value:<{value_width}}  {r['source']}")
     return 0
 
 
 def _text(value: Any) -> str:
+    """A value as TOML would spell it, less the quotes (``(empty)`` for nothing)."""
     if isinstance(value, bool):
         return str(value).lower()
     if isinstance(value, list):
-        return ",".join(str(v) for v in value)
+        value = ",".join(str(v) for v in value)
     return str(value) if value != "" else "(empty)"
 
 

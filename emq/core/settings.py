@@ -361,7 +361,8 @@ def _parse(tp: Any, raw: Any, from_env: bool) -> Any:
         try:
             return tp(raw)
         except ValueError:
-            raise ValueError(f"must be one of {', '.join(str(m.value) for m in tp)}") from None
+            choices = ", ".join(str(m.value) for m in tp)
+            raise ValueError(f"must be one of {choices}, got {raw!r}") from None
     if tp is bool:
         return _parse_bool(raw)
     if tp in (int, float):
