@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from emq.core.errors import EmqError
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:

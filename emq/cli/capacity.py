@@ -24,11 +24,11 @@ from typing import TYPE_CHECKING, Any
 
 from emq.core.errors import EmqError, InvalidInput, NotFound
 from emq.core.model import Namespace
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
     from emq.client import Client
+    from emq.core.settings import Settings
 
 EXIT_PARTIAL = 3
 APPLY_CONCURRENCY = 8

@@ -20,14 +20,15 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 
 from emq.core.errors import EmqError
 from emq.core.model import Namespace
-from emq.core.settings import Settings
 
-if TYPE_CHECKING:  # argparse has no public name for it, and it is generic only in typeshed
+if TYPE_CHECKING:
     from emq.client import Client
+    from emq.core.settings import Settings
 
+    # argparse has no public name for it, and it is generic only in typeshed
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+    Command: TypeAlias = Callable[[argparse.Namespace, Settings], int]
 _T = TypeVar("_T")
-Command = Callable[[argparse.Namespace, Settings], int]
 EXIT_ERROR = 1
 
 

@@ -1,6 +1,6 @@
 """Reading the settings (the one place that reads the environment) and ``emq config show``.
 
-Every setting is declared once, as a field of one of the :data:`SECTIONS`' classes; its variable
+Every setting is declared once, as a field of one of the classes of :func:`sections`; its variable
 is the class's ``ENV_PREFIX`` + the field's name in capitals. The TOML file of ``--config`` (or
 ``EMQ_CONFIG``) holds the ``core`` settings at its top level and the others in ``[api]``,
 ``[worker]`` and ``[fleet]`` tables; the environment wins over it. ``emq config show`` prints
@@ -17,32 +17,26 @@ import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
-from allocator.settings import FleetSettings
-from emq.api.settings import ApiSettings
 from emq.core.errors import ConfigError
-from emq.core.settings import (
-    EXTRA_ENV,
-    Settings,
-    env_name,
-    load,
-    prefix_of,
-    read_toml,
-    shown,
-    source_of,
-    unknown_env,
-)
-from worker.settings import WorkerSettings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 CORE = "core"
-SECTIONS: Mapping[str, type[Any]] = {
-    CORE: Settings,
-    "api": ApiSettings,
-    "worker": WorkerSettings,
-    "fleet": FleetSettings,
-}
+
+
+def sections() -> Mapping[str, type[Any]]:
+    """Each section's settings class, by name (``core`` first). Imported on first use: the
+    parser, and so ``emq --help``, does without them."""
+    from allocator.settings import FleetSettings
+    from emq.api.settings import ApiSettings
+    from emq.core.settings import Settings
+    from worker.settings import WorkerSettings
+
+    return {CORE: Settings, "api": ApiSettings, "worker": WorkerSettings, "fleet": FleetSettings}
+
+
 EXTRA = "files"  # the section `config show` lists EXTRA_ENV under
 
 
@@ -65,15 +59,17 @@ def load_settings(args: argparse.Namespace) -> Settings:
     The other sections go to ``args.sections`` (by name) and what they were read from to
     ``args.origins``: only this entry point reads the environment.
     """
+    from emq.core.settings import load, unknown_env
+
     env = dict(os.environ)
-    unknown = unknown_env(env, SECTIONS.values())
+    unknown = unknown_env(env, sections().values())
     if unknown:
         raise ConfigError(f"unknown setting {unknown[0]} in the environment (a typo?)")
     path = args.config or env.get("EMQ_CONFIG") or None
     origins = Origins(env, _tables(path), path)
     args.sections = {
         name: load(cls, env, origins.tables[name], source=origins.source(name))
-        for name, cls in SECTIONS.items()
+        for name, cls in sections().items()
     }
     args.origins = origins
     core: Settings = args.sections[CORE]
@@ -82,9 +78,11 @@ def load_settings(args: argparse.Namespace) -> Settings:
 
 def _tables(path: str | None) -> dict[str, Mapping[str, Any]]:
     """The TOML table of each section (the file's top level, less the others, is ``core``)."""
+    from emq.core.settings import read_toml
+
     top = dict(read_toml(path)) if path else {}
     tables: dict[str, Mapping[str, Any]] = {}
-    for name in SECTIONS:
+    for name in sections():
         if name == CORE:
             continue
         table = top.pop(name, {})
@@ -100,9 +98,11 @@ def _tables(path: str | None) -> dict[str, Mapping[str, Any]]:
 
 def rows(args: argparse.Namespace) -> list[dict[str, Any]]:
     """Every setting (section, key, variable, value as shown, source), in declaration order."""
+    from emq.core.settings import EXTRA_ENV, env_name, prefix_of, shown, source_of
+
     origins: Origins = args.origins
     out = []
-    for name, cls in SECTIONS.items():
+    for name, cls in sections().items():
         values = args.sections[name]
         table = origins.tables[name]
         for f in dataclasses.fields(cls):

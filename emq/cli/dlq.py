@@ -9,10 +9,10 @@ import argparse
 from typing import TYPE_CHECKING
 
 from emq.cli.common import command, group, print_json, run, table, tenant_and_topic, when
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 
 def cmd_dlq_list(args: argparse.Namespace, settings: Settings) -> int:

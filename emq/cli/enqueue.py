@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, Any
 from emq.cli.common import EXIT_ERROR, CommandFailed, command, print_json, run, tenant_and_topic
 from emq.core.errors import EmqError, InvalidInput
 from emq.core.model import Job, Priority
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
     from emq.client import Client
+    from emq.core.settings import Settings
 
 
 def _header(text: str) -> tuple[str, str]:

@@ -14,11 +14,11 @@ from typing import TYPE_CHECKING, Any
 
 from emq.cli.common import command, group, print_json, run, table
 from emq.core.errors import InvalidInput
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
     from emq.client import Client
+    from emq.core.settings import Settings
 
 
 def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:

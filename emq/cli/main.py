@@ -11,7 +11,6 @@ The settings are read here, once, by :func:`emq.cli.config.load_settings`.
 from __future__ import annotations
 
 import argparse
-import logging
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, cast
@@ -19,10 +18,10 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 from emq import __version__
 from emq.cli import bench, capacity, config, dlq, enqueue, fleet, services, tenants, topics, zk
 from emq.core.errors import EmqError
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 EXIT_ERROR = 1
 EXIT_USAGE = 2
@@ -69,6 +68,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     func: Callable[[argparse.Namespace, Settings], int] = args.func
     try:
         settings = config.load_settings(args)
+        import logging  # here: `emq --help` has exited by now and need not pay for it
+
         logging.basicConfig(
             level=settings.log_level.upper(),
             format="%(asctime)s %(levelname)s %(name)s: %(message)s",

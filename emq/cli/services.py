@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from emq.core.errors import EmqError
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
     from emq.stack import Service
     from worker.settings import WorkerSettings
 

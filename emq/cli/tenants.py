@@ -10,10 +10,10 @@ import sys
 from typing import TYPE_CHECKING
 
 from emq.cli.common import command, group, print_json, run, table, when
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 TOKEN_ONCE = "the token is shown only this once: store it now"
 

@@ -21,10 +21,10 @@ from emq.cli.common import (
 )
 from emq.core.errors import InvalidInput
 from emq.core.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Priority, PriorityMode
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 
 def _print_topic(body: dict[str, Any]) -> None:

@@ -13,19 +13,20 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from emq.core.errors import EmqError
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 
 def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:
     # kazoo is imported here, not with the parser, so that `emq --help` stays fast.
+    import logging
+
     from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
 
     from emq.compose import zk_acl, zk_client_factory

@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from emq.cli.config import SECTIONS
+from emq.cli.config import sections
 from emq.core.settings import EXTRA_ENV, declared_env, mask_url, prefix_of
 
 ROOT = Path(__file__).resolve().parent.parent.parent
@@ -23,8 +23,8 @@ CODE = ("emq", "worker", "adapters", "allocator", "capacity", "spark", "deploy")
 EMQ_NAME = re.compile(r"\bEMQ_[A-Z0-9_]+")
 # Names in the code that are not settings, each with its reason.
 NOT_SETTINGS: dict[str, str] = {}
-DECLARED = declared_env(SECTIONS.values())
-PREFIXES = {prefix_of(cls) for cls in SECTIONS.values()}
+DECLARED = declared_env(sections().values())
+PREFIXES = {prefix_of(cls) for cls in sections().values()}
 SECRETS = {
     "EMQ_TOKEN": "tenant-tok-s3cret",
     "EMQ_ADMIN_TOKEN": "admin-tok-s3cret",
@@ -50,10 +50,11 @@ def test_every_emq_name_in_the_code_is_a_declared_setting() -> None:
     named: dict[str, set[str]] = {}
     for package in CODE:
         for path in (ROOT / package).rglob("*"):
-            if path.suffix in (".py", ".sh", ".toml", ".service", ".conf") and path.is_file():
-                for name in EMQ_NAME.findall(path.read_text(encoding="utf-8")):
+            if path.is_file() and "__pycache__" not in path.parts:
+                text = path.read_text(encoding="utf-8", errors="replace")
+                for name in EMQ_NAME.findall(text):
                     named.setdefault(name, set()).add(str(path.relative_to(ROOT)))
-    assert "EMQ_WORKER_SENDERS" in named  # the scan sees the code
+    assert {"EMQ_WORKER_SENDERS", "EMQ_ZK_JAR"} <= set(named)  # the scan sees code and deploy/
     undeclared = {
         name: sorted(where)
         for name, where in named.items()
@@ -90,7 +91,7 @@ def _spelled(value: Any) -> str:
 def test_the_readme_lists_every_setting_with_its_default() -> None:
     table = _readme_table()
     assert set(table) == DECLARED
-    for cls in SECTIONS.values():
+    for cls in sections().values():
         for f in dataclasses.fields(cls):
             var = prefix_of(cls) + f.name.upper()
             assert table[var].split(" (")[0] == _spelled(f.default), var
