@@ -10,29 +10,38 @@ session timeout (+ 2 s) after the kill. Every worker of a namespace should use t
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 from emq.core.errors import ConfigError
+from emq.core.settings import at_least, greater_than, setting, validate
 
 SELF_FENCE_FRACTION = 2.0 / 3.0  # of the session timeout: kazoo's own read timeout
 
 
 @dataclass(frozen=True)
 class FleetSettings:
-    weight: int = 1  # capacity weight: a weight-2 worker is given twice the groups
-    vnodes: int = 160  # ring points per unit of weight
-    balance: float = 1.05  # a member is given at most this times its share of groups...
-    keep_balance: float = 1.10  # ...but keeps up to this many before any is moved away
-    handover_grace_s: float = 0.0  # an extra wait after a former owner's node is gone
-    coalesce_s: float = 0.05  # the leader waits this long after a change before recomputing
-    request_timeout_s: float = 5.0  # one ZooKeeper request
+    ENV_PREFIX: ClassVar[str] = "EMQ_FLEET_"
+
+    # capacity weight: a weight-2 worker is given twice the groups
+    weight: int = setting(1, at_least(1))
+    vnodes: int = setting(160, at_least(1))  # ring points per unit of weight
+    # a member is given at most this times its share of groups...
+    balance: float = setting(1.05, at_least(1.0))
+    # ...but keeps up to this many before any is moved away
+    keep_balance: float = setting(1.10, at_least(1.0))
+    # an extra wait after a former owner's node is gone
+    handover_grace_s: float = setting(0.0, at_least(0))
+    # the leader waits this long after a change before recomputing
+    coalesce_s: float = setting(0.05, at_least(0))
+    request_timeout_s: float = setting(5.0, greater_than(0))  # one ZooKeeper request
 
     def __post_init__(self) -> None:
-        if self.weight < 1 or self.vnodes < 1:
-            raise ConfigError("fleet weight and vnodes must be at least 1")
-        if not 1.0 <= self.balance <= self.keep_balance:
-            raise ConfigError("fleet balance must satisfy 1 <= balance <= keep_balance")
-        if self.handover_grace_s < 0 or self.coalesce_s < 0 or self.request_timeout_s <= 0:
-            raise ConfigError("fleet grace, coalesce and request times must not be negative")
+        validate(self)
+        if self.balance > self.keep_balance:
+            raise ConfigError(
+                f"EMQ_FLEET_KEEP_BALANCE: must be at least EMQ_FLEET_BALANCE ({self.balance}),"
+                f" got {self.keep_balance}"
+            )
 
 
 def self_fence_s(session_timeout_s: float) -> float:

@@ -27,12 +27,11 @@ from __future__ import annotations
 
 import asyncio
 import base64
-import dataclasses
 import json
 import secrets
 import time
 from collections.abc import Mapping
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from typing import Any, cast
 
 from aiohttp import web
@@ -45,6 +44,7 @@ from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
+from emq.api.settings import ApiSettings
 from emq.core import schema
 from emq.core.errors import (
     BackendUnavailable,
@@ -73,34 +73,6 @@ from emq.core.model import (
 )
 from emq.core.outbound import check_text
 from emq.core.settings import Settings
-
-
-def _positive(value: float) -> None:
-    if value <= 0:
-        raise ValueError("must be greater than 0")
-
-
-_POSITIVE = {"check": _positive}
-
-
-@dataclass(frozen=True)
-class ApiSettings:
-    """Limits and tuning of ``emq api`` (env ``EMQ_API_*``)."""
-
-    max_request_bytes: int = 16 * 1024 * 1024
-    max_batch_jobs: int = 1000
-    max_body_bytes: int = 256 * 1024
-    backlog_refresh_s: float = 1.0
-    shutdown_grace_s: float = 10.0
-    history_interval_s: float = 10.0
-    # Hostile or broken clients (see emq.api.guard): a request's headers must arrive within
-    # header_timeout_s of its first byte, its body within body_timeout_s of being read; an
-    # idle connection is closed after keepalive_timeout_s; beyond max_connections open at
-    # once, a new connection is answered 503 and closed.
-    header_timeout_s: float = dataclasses.field(default=10.0, metadata=_POSITIVE)
-    body_timeout_s: float = dataclasses.field(default=30.0, metadata=_POSITIVE)
-    keepalive_timeout_s: float = dataclasses.field(default=75.0, metadata=_POSITIVE)
-    max_connections: int = dataclasses.field(default=1000, metadata=_POSITIVE)
 
 
 def new_secret() -> str:

@@ -21,9 +21,10 @@ import time
 
 from aiohttp import web
 
-from emq.api.app import ApiSettings, make_app
+from emq.api.app import make_app
 from emq.api.errors import Handler
 from emq.api.guard import ConnectionLimits, GuardedRunner
+from emq.api.settings import ApiSettings
 from emq.compose import open_config, open_fleet_view, open_history, open_queues
 from emq.core.settings import Settings
 

@@ -13,7 +13,6 @@ error or when a quota would drop by more than half without ``--force`` (then not
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 import time
@@ -21,17 +20,15 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-import uvloop
-
-from emq.client import Client, describe
 from emq.core.errors import EmqError, InvalidInput, NotFound
 from emq.core.model import Namespace
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
+    from emq.cli.common import Subparsers
+    from emq.client import Client
+    from emq.core.settings import Settings
 
 EXIT_PARTIAL = 3
 APPLY_CONCURRENCY = 8
@@ -108,6 +105,8 @@ def cmd_history_export(args: argparse.Namespace, settings: Settings) -> int:
             "--since", f"{args.out} already holds the history before {done}: export elsewhere"
         )
     folder = Folder(interval)
+    import uvloop
+
     uvloop.run(_read_history(settings, folder, since if since is not None else done))
     rows = folder.rows(ended_by=int(time.time()) - args.settle_s)
     written = write_rows(rows, args.out)
@@ -219,15 +218,17 @@ def load_plan(path: str) -> list[Change]:
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise InvalidInput(f"{where}.{key}", f"must be a positive integer, got {value!r}")
         Namespace.parse(t["namespace"], f"{where}.namespace")
-        key = (t["namespace"], t["tenant"], t["topic"])
-        if key in seen:
-            raise InvalidInput(where, f"plans {'/'.join(key)} again (topics[{seen[key]}])")
-        seen[key] = i
+        ref = (t["namespace"], t["tenant"], t["topic"])
+        if ref in seen:
+            raise InvalidInput(where, f"plans {'/'.join(ref)} again (topics[{seen[ref]}])")
+        seen[ref] = i
         changes.append(Change(t["namespace"], t["tenant"], t["topic"], t["qps"], t["groups"]))
     return changes
 
 
 async def _compare(client: Client, changes: list[Change], force: bool) -> None:
+    import asyncio  # here, not with the parser: it imports ssl, which `emq --help` need not
+
     from capacity.plan import is_big_decrease
 
     gate = asyncio.Semaphore(APPLY_CONCURRENCY)
@@ -252,6 +253,8 @@ async def _compare(client: Client, changes: list[Change], force: bool) -> None:
 
 
 async def _apply(client: Client, changes: list[Change]) -> None:
+    import asyncio  # here, not with the parser: it imports ssl, which `emq --help` need not
+
     gate = asyncio.Semaphore(APPLY_CONCURRENCY)
 
     async def one(c: Change) -> None:
@@ -259,6 +262,8 @@ async def _apply(client: Client, changes: list[Change]) -> None:
             try:
                 body = await client.set_quota(c.tenant, c.topic, c.qps, namespace=c.namespace)
             except EmqError as e:
+                from emq.client import describe
+
                 c.result, c.error = "failed", describe(e)
                 return
         c.result, c.after_groups = "applied", int(body.get("groups", c.groups))
@@ -319,6 +324,9 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
     token = args.token or settings.admin_token
     if not token:
         raise EmqError("no admin token: set EMQ_ADMIN_TOKEN or pass --token")
+    import uvloop
+
+    from emq.client import Client, describe
 
     async def main() -> bool:
         async with Client(settings.api_url, token) as client:

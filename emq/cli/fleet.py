@@ -12,13 +12,13 @@ import argparse
 import json
 from typing import TYPE_CHECKING, Any
 
-from emq.cli.commands import _command, _group, _print_json, _run, _table
-from emq.client import Client
+from emq.cli.common import command, group, print_json, run, table
 from emq.core.errors import InvalidInput
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    from emq.cli.commands import Subparsers
+    from emq.cli.common import Subparsers
+    from emq.client import Client
+    from emq.core.settings import Settings
 
 
 def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:
@@ -28,9 +28,9 @@ def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:
         body = await client.request("GET", "v1/workers", query={"namespace": namespace})
         return dict(body) if isinstance(body, dict) else {}
 
-    body = _run(args, settings, work)
+    body = run(args, settings, work)
     if args.json:
-        _print_json(body)
+        print_json(body)
         return 0
     print(f"generation {body['generation']}  leader {body['leader'] or '-'}")
     rows = [
@@ -47,7 +47,7 @@ def cmd_fleet_workers(args: argparse.Namespace, settings: Settings) -> int:
         )
         for w in body["workers"]
     ]
-    _table(
+    table(
         ("worker", "host", "pid", "metrics", "weight", "groups", "delivered/s", "groups@epoch"),
         rows,
         "no workers registered",
@@ -74,14 +74,14 @@ def cmd_fleet_simulate(args: argparse.Namespace, settings: Settings) -> int:
 
 def add_fleet_commands(sub: Subparsers) -> None:
     """Register ``fleet workers`` and ``fleet simulate`` on ``emq``'s subparsers."""
-    fleet = _group(
+    fleet = group(
         sub,
         "fleet",
         "the worker fleet: members and assignment",
         "Workers join the fleet on ZooKeeper; an elected leader assigns groups to them by "
         "consistent hashing with bounded loads.",
     )
-    _command(
+    command(
         fleet,
         "workers",
         cmd_fleet_workers,

@@ -13,22 +13,24 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
-from kazoo.exceptions import NoAuthError, NoNodeError  # type: ignore[import-untyped]
-from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
-
-from emq.compose import zk_acl, zk_client_factory
 from emq.core.errors import EmqError
-from emq.core.settings import Settings
 
 if TYPE_CHECKING:
-    from emq.cli.commands import Subparsers
+    from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
 
 
 def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:
+    # kazoo is imported here, not with the parser, so that `emq --help` stays fast.
+    import logging
+
+    from kazoo.handlers.threading import KazooTimeoutError  # type: ignore[import-untyped]
+
+    from emq.compose import zk_acl, zk_client_factory
+
     if not settings.zk_auth:
         raise EmqError("EMQ_ZK_AUTH is not set: there is no identity to secure the EMQ tree for")
     logging.getLogger("kazoo").setLevel(logging.CRITICAL)  # our own error line says it all
@@ -55,6 +57,8 @@ def cmd_zk_secure(args: argparse.Namespace, settings: Settings) -> int:
 
 def secure(client: Any, root: str, acl: list[Any], *, dry_run: bool) -> dict[str, Any]:
     """Set ``acl`` on ``root`` and every node below it; what was seen and changed."""
+    from kazoo.exceptions import NoAuthError, NoNodeError  # type: ignore[import-untyped]
+
     if client.exists(root) is None:
         raise EmqError(f"{root} does not exist on ZooKeeper: nothing to secure")
     wanted = _key(acl)
@@ -77,6 +81,8 @@ def secure(client: Any, root: str, acl: list[Any], *, dry_run: bool) -> dict[str
 
 def _walk(client: Any, root: str) -> Iterator[str]:
     """Every node under ``root`` (itself first), parents before their children."""
+    from kazoo.exceptions import NoAuthError, NoNodeError
+
     pending = [root]
     while pending:
         path = pending.pop()

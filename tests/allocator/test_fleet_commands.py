@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
+from emq.cli import fleet as fleet_commands
 from emq.cli.main import build_parser
-from emq.cli.main import fleet as fleet_commands
 from emq.core.settings import Settings
 
 BODY = {
@@ -38,7 +38,7 @@ def test_workers_table(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFi
     def fake_run(args: argparse.Namespace, settings: Settings, work: Any) -> Any:
         return BODY
 
-    monkeypatch.setattr(fleet_commands, "_run", fake_run)
+    monkeypatch.setattr(fleet_commands, "run", fake_run)
     args = build_parser().parse_args(["fleet", "workers"])
     assert args.func(args, Settings()) == 0
     out = capsys.readouterr().out

@@ -154,7 +154,13 @@ def test_config_show_reports_effective_settings(stack_env: dict[str, str], tmp_p
     done = emq("--config", str(f), "config", "show", "--json", env=stack_env)
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
-    assert shown["namespace"] == "sandbox"
-    assert shown["admin_token"] == "***"
+    assert shown["EMQ_NAMESPACE"] == {
+        "section": "core",
+        "key": "namespace",
+        "value": "sandbox",
+        "source": f"config file {f}",
+    }
+    assert shown["EMQ_ADMIN_TOKEN"]["value"] == "***"
     assert "hunter2" not in done.stdout
-    assert shown["redis_url"] == stack_env["EMQ_REDIS_URL"]
+    assert shown["EMQ_REDIS_URL"]["value"] == stack_env["EMQ_REDIS_URL"]
+    assert shown["EMQ_REDIS_URL"]["source"] == "env"

@@ -205,7 +205,7 @@ async def test_rotation_keeps_every_process_reading(
 
 
 def test_settings_check_the_credential() -> None:
-    with pytest.raises(ValueError, match="EMQ_ZK_AUTH must be user:password"):
+    with pytest.raises(ValueError, match="EMQ_ZK_AUTH: must be user:password"):
         load(Settings, {"EMQ_ZK_AUTH": "nocolon"})
     with pytest.raises(ValueError, match="EMQ_ZK_PREVIOUS_AUTH is set without EMQ_ZK_AUTH"):
         Settings(zk_previous_auth=AUTH)
@@ -218,5 +218,5 @@ def test_config_show_masks_the_credentials(zk_hosts: str) -> None:
     )
     assert done.returncode == 0, done.stderr
     shown = json.loads(done.stdout)
-    assert shown["zk_auth"] == shown["zk_previous_auth"] == "***"
+    assert shown["EMQ_ZK_AUTH"]["value"] == shown["EMQ_ZK_PREVIOUS_AUTH"]["value"] == "***"
     assert "s3cret" not in done.stdout and "an0ther" not in done.stdout

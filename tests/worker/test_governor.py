@@ -66,4 +66,4 @@ def test_a_senders_setting_under_one_is_one_clear_error() -> None:
             check=False,
         )
         assert done.returncode != 0
-        assert done.stderr == f"emq: error: {var} must be at least 1, got 0\n"
+        assert done.stderr == f"emq: error: {var}: must be at least 1, got 0\n"

@@ -181,7 +181,7 @@ def test_max_in_flight_under_the_senders_is_one_clear_error() -> None:
     )
     assert done.returncode != 0
     assert done.stderr == (
-        "emq: error: EMQ_WORKER_MAX_IN_FLIGHT must be at least EMQ_WORKER_SENDERS (256), got 10\n"
+        "emq: error: EMQ_WORKER_MAX_IN_FLIGHT: must be at least EMQ_WORKER_SENDERS (256), got 10\n"
     )
 
 

@@ -1,0 +1,148 @@
+"""``emq bench NAME``: run a benchmark and print its figures (JSON with ``--json``).
+
+Each benchmark module is imported only when it runs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from emq.core.errors import EmqError
+
+if TYPE_CHECKING:
+    from emq.cli.common import Subparsers
+    from emq.core.settings import Settings
+
+
+def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    if args.name == "faults":
+        from emq.bench import faults
+
+        doc = faults.run_cli(args.trials, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else faults.summary(doc))
+        return 0 if doc["pass"] else 1
+    if args.name == "promises":
+        from emq.bench import mixed
+
+        doc = mixed.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
+        return 0 if doc["ok"] else 1
+    if args.duration_s is None:
+        args.duration_s = 10.0
+    if args.name == "all":
+        from emq.bench import suite
+
+        # Checked before the first part runs, not minutes later when the plan bench starts.
+        if args.duration_s <= 0:
+            raise EmqError("--duration-s must be greater than 0")
+        if args.rows < suite.MIN_ROWS:
+            raise EmqError(f"--rows must be at least {suite.MIN_ROWS} (one topic-week of minutes)")
+        doc = suite.run(args.duration_s, args.rows, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else doc["markdown"])
+        return 0
+    if args.name == "plan":
+        from emq.cli.capacity import cmd_bench_plan
+
+        return cmd_bench_plan(args, settings)
+    if args.name == "dispatch":
+        from emq.bench import dispatch
+
+        result = dispatch.run(
+            args.workload,
+            noop=args.noop,
+            duration_s=args.duration_s,
+            competitor=args.competitor,
+        )
+        print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
+        return 0
+    from emq.bench import enqueue
+
+    if args.durability == "compare":
+        result = enqueue.compare(duration_s=args.duration_s)
+        if args.json:
+            print(json.dumps(result, indent=2))
+        else:
+            for mode, figures in result["modes"].items():
+                print(f"{mode:<8} " + "  ".join(f"{k} {v}" for k, v in figures.items()))
+        return 0
+    result = enqueue.run(duration_s=args.duration_s, durability=args.durability)
+    if args.json:
+        print(json.dumps(result, indent=2))
+    else:
+        for key in ("jobs_per_s", "requests_per_s", "p50_ms", "p99_ms"):
+            print(f"{key:<16} {result[key]}")
+    return 0
+
+
+def _json_flag(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def add_commands(sub: Subparsers) -> None:
+    """Register ``bench`` on ``emq``'s subparsers."""
+    bench = sub.add_parser(
+        "bench",
+        help="run a benchmark and print its figures",
+        description="Benchmarks start their own servers on free loopback ports and print the "
+        "measured figures (JSON with --json), with a description of the machine.",
+    )
+    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "all"])
+    bench.add_argument(
+        "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
+    )
+    bench.add_argument(
+        "--duration-s",
+        type=float,
+        default=None,
+        help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
+        "hanging window, Redis load; the trials' own defaults if not given); promises: the "
+        "length of each seed's run (30)",
+    )
+    bench.add_argument(
+        "--seeds",
+        type=int,
+        default=3,
+        help="promises: run the randomized mixed workloads of seeds 1..N (3)",
+    )
+    bench.add_argument(
+        "--trials",
+        default="",
+        help="faults: comma-separated trials (worker_kill,redis_restart,zk_outage,sigstop,"
+        "hanging,poison; default all)",
+    )
+    bench.add_argument(
+        "--competitor",
+        action="store_true",
+        help="dispatch W3: run a busy-loop process beside the worker (pacing under CPU theft)",
+    )
+    bench.add_argument(
+        "--workload",
+        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11", "all"],
+        default="all",
+        help="dispatch: which worker workload (default: all)",
+    )
+    bench.add_argument(
+        "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
+    )
+    bench.add_argument(
+        "--out", metavar="FILE", help="all, faults, promises: also write the JSON document to FILE"
+    )
+    bench.add_argument(
+        "--durability",
+        choices=["default", "fsync", "replica", "compare"],
+        default="default",
+        help="enqueue: EMQ_DURABILITY of the API and the Redis it starts (fsync: appendfsync "
+        "always; replica: plus one replica); compare: the three interleaved, 3 rounds, medians",
+    )
+    _json_flag(bench)
+    bench.set_defaults(func=cmd_bench)
