@@ -45,6 +45,7 @@ RULES = {
                 "uvloop",
                 "yarl",
                 "multidict",
+                "orjson",
                 "prometheus_client",
                 "rich",
             }
