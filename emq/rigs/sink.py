@@ -50,8 +50,8 @@ import signal
 import socket
 import time
 from collections import Counter, defaultdict
-from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import uvloop
@@ -278,14 +278,24 @@ class SinkProtocol(asyncio.Protocol):
     def resume(self) -> None:
         self._hung = False
 
-    def answer(self, status: int, retry_after: str | None = None) -> None:
-        """Answer the current request ``status`` with an empty body (if still connected)."""
-        if status == 200 and retry_after is None:
+    def answer(
+        self,
+        status: int,
+        retry_after: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+    ) -> None:
+        """Answer the current request (if still connected): ``status``, ``Retry-After``, other
+        ``headers`` and ``body``."""
+        if status == 200 and retry_after is None and not headers and not body:
             self._write(_OK)
             return
         reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Status"
-        extra = f"Retry-After: {retry_after}\r\n" if retry_after is not None else ""
-        self._write(f"HTTP/1.1 {status} {reason}\r\n{extra}Content-Length: 0\r\n\r\n".encode())
+        lines = [f"HTTP/1.1 {status} {reason}"]
+        lines += [f"Retry-After: {retry_after}"] if retry_after is not None else []
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        lines += [f"Content-Length: {len(body)}", "", ""]
+        self._write("\r\n".join(lines).encode("latin-1") + body)
 
 
 def _header(head: bytes, name: bytes) -> bytes | None:
@@ -310,7 +320,8 @@ def _content_length(head: bytes) -> int:
 class Behaviour:
     """How a :class:`Sink` answers one topic: in this order, hang until released (or the client
     gives up), wait ``delay_s`` (plus up to ``jitter_s``: requests overtake each other), answer
-    ``500`` to the first ``fail_first`` requests, else ``status`` (with ``Retry-After``)."""
+    ``500`` to the first ``fail_first`` requests, else ``status`` (with ``Retry-After``, other
+    ``headers`` and ``body``)."""
 
     status: int = 200
     retry_after: str | None = None
@@ -318,6 +329,8 @@ class Behaviour:
     hang: bool = False
     fail_first: int = 0
     jitter_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
 
 
 @dataclass
@@ -472,7 +485,7 @@ class Sink:
             if self.keep_deliveries:
                 self.deliveries.append(Delivery(topic, job_id, now, headers, body))
             self._count(topic, headers, now)
-        connection.answer(b.status, b.retry_after)
+        connection.answer(b.status, b.retry_after, b.headers, b.body)
 
     def _count(self, topic: str, headers: dict[str, str], now: float) -> None:
         stats = self.stats
