@@ -104,7 +104,9 @@ def run(
     batch_concurrency: int = 4,
     single_concurrency: int = 64,
     durability: str = "default",
+    producer_jobs: int = PRODUCER_JOBS,
 ) -> dict[str, Any]:
+    """The three runs on fresh servers (``producer_jobs=0`` leaves the producer loop out)."""
     if durability not in DURABILITIES:
         raise EmqError(f"durability must be one of {', '.join(DURABILITIES)}")
     fsync = ("--appendfsync", "always") if durability == "fsync" else ()
@@ -125,7 +127,7 @@ def run(
                 redis,
                 zk,
                 Path(tmp) / "api.log",
-                (duration_s, batch_concurrency, single_concurrency),
+                (duration_s, batch_concurrency, single_concurrency, producer_jobs),
                 durability,
             )
             return result | {"durability": durability}
@@ -142,7 +144,7 @@ def compare(duration_s: float = 10.0, rounds: int = 3) -> dict[str, Any]:
     samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in DURABILITIES}
     for _ in range(max(1, rounds)):
         for mode in DURABILITIES:
-            result = run(duration_s=duration_s, durability=mode)
+            result = run(duration_s=duration_s, durability=mode, producer_jobs=0)
             samples[mode].append({k: result[k] for k in keys})
     return {
         "bench": "enqueue-durability",
@@ -172,12 +174,12 @@ def _with_api(
     redis: Service,
     zk: Service,
     log: Path,
-    load: tuple[float, int, int],
+    load: tuple[float, int, int, int],
     durability: str = "default",
 ) -> dict[str, Any]:
     """One ``emq api`` (a :class:`~emq.rigs.procs.Proc`) and the three runs against it;
-    ``load`` is (seconds per run, batch concurrency, single-job concurrency)."""
-    duration_s, batch_c, single_c = load
+    ``load`` is (seconds per run, batch concurrency, single-job concurrency, producer jobs)."""
+    duration_s, batch_c, single_c, producer_jobs = load
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
@@ -200,9 +202,10 @@ def _with_api(
         )
         batch = _load(base, token, 1000, batch_c, duration_s)
         single = _load(base, token, 1, single_c, duration_s)
-        produce = _produce(base, token, PRODUCER_JOBS)
+        produce = _produce(base, token, producer_jobs) if producer_jobs else None
     finally:
         api.stop(30)
+    producer = {"producer_send_loop_jobs_per_s": produce["jobs_per_s"]} if produce else {}
     return {
         "bench": "enqueue",
         "jobs_per_s": batch["jobs_per_s"],
@@ -211,7 +214,7 @@ def _with_api(
         "p99_ms": single["p99_ms"],
         "batch_p50_ms": batch["p50_ms"],
         "batch_p99_ms": batch["p99_ms"],
-        "producer_send_loop_jobs_per_s": produce["jobs_per_s"],
+        **producer,
         "targets": TARGETS,
         "runs": {"batch_1000": batch, "single": single, "producer_send_loop": produce},
         "machine": describe(),
