@@ -62,6 +62,7 @@ RULES = {
                 "uvloop",
                 "yarl",
                 "multidict",
+                "orjson",
                 "prometheus_client",
                 "rich",
                 "pydantic",

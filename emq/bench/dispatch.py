@@ -1,7 +1,7 @@
 """``emq bench dispatch``: the worker benchmarks W2-W6, each a measured run of a real worker.
 
 Every workload starts from an empty Redis (started by the benchmark, AOF on, as deployed) and a
-sink process (:mod:`emq.bench.sink`), runs ONE worker in its own process
+sink process (:mod:`emq.rigs.sink`), runs ONE worker in its own process
 (:mod:`emq.bench.worker_proc`: real Redis queues, standalone assignment, the aiohttp push
 executor) and reads the worker's CPU and memory from ``/proc``. Jobs are stored before the worker
 starts (backlogged) with pipelined puts of 1000, except in W4 and W5 where a feeder adds them

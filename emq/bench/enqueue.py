@@ -2,8 +2,10 @@
 
 Starts its own Redis and ZooKeeper (free loopback ports, a temporary directory), one ``emq api``
 process, and a load generator in a separate process (``emq.bench.load``), so client, API and
-Redis compete for this machine's cores as they would on a small deployment. Two runs: batches of
-1000 jobs (jobs/s) and single jobs (requests/s, latency).
+Redis compete for this machine's cores as they would on a small deployment. Three runs: batches
+of 1000 jobs (jobs/s), single jobs (requests/s, latency), and the README's producer loop
+(``emq.bench.produce``: ``await producer.send(job)`` for ``producer_jobs`` jobs, one Producer
+with its defaults; ``producer_send_loop_jobs_per_s``, until every job is answered).
 
 ``durability`` (``EMQ_DURABILITY``): ``default`` (Redis with ``appendfsync everysec``),
 ``fsync`` (Redis started with ``appendfsync always``) or ``replica`` (plus one replica started
@@ -15,7 +17,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import statistics
 import subprocess
 import sys
@@ -27,10 +28,12 @@ from typing import Any
 
 from emq.bench.machine import describe
 from emq.core.errors import EmqError
+from emq.rigs.procs import Proc
 from emq.stack import Service, free_port
 
 ADMIN_TOKEN = "bench-admin-token"
-TARGETS = {"jobs_per_s": 30_000, "requests_per_s": 4_000}
+TARGETS = {"jobs_per_s": 30_000, "requests_per_s": 4_000, "producer_send_loop_jobs_per_s": 20_000}
+PRODUCER_JOBS = 100_000
 
 
 def _call(base: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
@@ -45,11 +48,10 @@ def _call(base: str, method: str, path: str, body: dict[str, Any] | None = None)
         return json.loads(r.read())
 
 
-def _wait_healthy(base: str, proc: subprocess.Popen[bytes], timeout_s: float = 30) -> None:
+def _wait_healthy(base: str, proc: Proc, timeout_s: float = 30) -> None:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise EmqError(f"emq api exited with {proc.returncode} during start-up")
+        proc.check()
         try:
             with urllib.request.urlopen(base + "/healthz", timeout=1) as r:
                 if r.status == 200:
@@ -84,6 +86,16 @@ def _load(base: str, token: str, batch: int, concurrency: int, duration_s: float
     return result
 
 
+def _produce(base: str, token: str, jobs: int) -> dict[str, Any]:
+    argv = [sys.executable, "-m", "emq.bench.produce", base, token, "bench", "load"]
+    argv += ["--jobs", str(jobs)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=600, check=False)
+    if done.returncode != 0:
+        raise EmqError(f"producer loop failed: {done.stderr.strip()[-500:]}")
+    result: dict[str, Any] = json.loads(done.stdout)
+    return result
+
+
 DURABILITIES = ("default", "fsync", "replica")
 
 
@@ -92,7 +104,9 @@ def run(
     batch_concurrency: int = 4,
     single_concurrency: int = 64,
     durability: str = "default",
+    producer_jobs: int = PRODUCER_JOBS,
 ) -> dict[str, Any]:
+    """The three runs on fresh servers (``producer_jobs=0`` leaves the producer loop out)."""
     if durability not in DURABILITIES:
         raise EmqError(f"durability must be one of {', '.join(DURABILITIES)}")
     fsync = ("--appendfsync", "always") if durability == "fsync" else ()
@@ -110,7 +124,11 @@ def run(
                 _wait_replica_online(redis)
             zk.start()
             result = _with_api(
-                redis, zk, duration_s, batch_concurrency, single_concurrency, durability
+                redis,
+                zk,
+                Path(tmp) / "api.log",
+                (duration_s, batch_concurrency, single_concurrency, producer_jobs),
+                durability,
             )
             return result | {"durability": durability}
         finally:
@@ -126,7 +144,7 @@ def compare(duration_s: float = 10.0, rounds: int = 3) -> dict[str, Any]:
     samples: dict[str, list[dict[str, Any]]] = {mode: [] for mode in DURABILITIES}
     for _ in range(max(1, rounds)):
         for mode in DURABILITIES:
-            result = run(duration_s=duration_s, durability=mode)
+            result = run(duration_s=duration_s, durability=mode, producer_jobs=0)
             samples[mode].append({k: result[k] for k in keys})
     return {
         "bench": "enqueue-durability",
@@ -155,11 +173,13 @@ def _wait_replica_online(primary: Service, timeout_s: float = 30) -> None:
 def _with_api(
     redis: Service,
     zk: Service,
-    duration_s: float,
-    batch_c: int,
-    single_c: int,
+    log: Path,
+    load: tuple[float, int, int, int],
     durability: str = "default",
 ) -> dict[str, Any]:
+    """One ``emq api`` (a :class:`~emq.rigs.procs.Proc`) and the three runs against it;
+    ``load`` is (seconds per run, batch concurrency, single-job concurrency, producer jobs)."""
+    duration_s, batch_c, single_c, producer_jobs = load
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
@@ -170,7 +190,7 @@ def _with_api(
         "EMQ_LOG_LEVEL": "WARNING",
         "EMQ_DURABILITY": durability,
     }
-    api = subprocess.Popen([sys.executable, "-m", "emq", "api"], env=env, stdout=subprocess.DEVNULL)
+    api = Proc("api", ["api"], env, log)
     try:
         _wait_healthy(base, api)
         token = _call(base, "POST", "/v1/tenants", {"tenant": "bench"})["token"]
@@ -182,9 +202,10 @@ def _with_api(
         )
         batch = _load(base, token, 1000, batch_c, duration_s)
         single = _load(base, token, 1, single_c, duration_s)
+        produce = _produce(base, token, producer_jobs) if producer_jobs else None
     finally:
-        api.send_signal(signal.SIGTERM)
-        api.wait(timeout=30)
+        api.stop(30)
+    producer = {"producer_send_loop_jobs_per_s": produce["jobs_per_s"]} if produce else {}
     return {
         "bench": "enqueue",
         "jobs_per_s": batch["jobs_per_s"],
@@ -193,7 +214,8 @@ def _with_api(
         "p99_ms": single["p99_ms"],
         "batch_p50_ms": batch["p50_ms"],
         "batch_p99_ms": batch["p99_ms"],
+        **producer,
         "targets": TARGETS,
-        "runs": {"batch_1000": batch, "single": single},
+        "runs": {"batch_1000": batch, "single": single, "producer_send_loop": produce},
         "machine": describe(),
     }

@@ -1,10 +1,11 @@
 """The processes of a dispatch benchmark: Redis, the sink, one worker; and how to observe them.
 
 :class:`Harness` starts Redis (``deploy/redis.sh``, AOF on, as deployed) and the sink
-(:mod:`emq.bench.sink`) on free loopback ports in a temporary directory, and stops both however
-the benchmark ends (an exception, Ctrl-C, SIGTERM). :class:`WorkerHandle` runs one worker
-(:mod:`emq.bench.worker_proc`) per workload. CPU time and memory come from ``/proc`` (no psutil):
-``utime + stime`` of ``/proc/<pid>/stat`` in clock ticks, ``VmRSS`` of ``/proc/<pid>/status``.
+(:class:`emq.rigs.procs.SinkProcess`) on free loopback ports in a temporary directory, and stops
+both however the benchmark ends (an exception, Ctrl-C, SIGTERM). :class:`WorkerHandle` runs one
+worker (:mod:`emq.bench.worker_proc`, a :class:`emq.rigs.procs.Proc`) per workload. CPU time and
+memory come from ``/proc`` (no psutil): ``utime + stime`` of ``/proc/<pid>/stat`` in clock ticks,
+``VmRSS`` of ``/proc/<pid>/status``.
 """
 
 from __future__ import annotations
@@ -16,8 +17,6 @@ import json
 import os
 import resource
 import signal
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -25,13 +24,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import aiohttp
 import redis.asyncio as aioredis
 
 from adapters.redis_queue import RedisQueueBackend, connect
 from emq.core.errors import EmqError
 from emq.core.interfaces import PutItem
 from emq.core.model import Envelope, Job, Namespace, QueueRef, TopicRef
+from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
 TENANT = "bench"
@@ -188,12 +187,6 @@ async def preload(
 # --------------------------------------------------------------------------- the worker
 
 
-def spawn(args: list[str], log_path: Path) -> subprocess.Popen[bytes]:
-    """``python args...`` with its output in ``log_path`` (the child keeps its own descriptor)."""
-    with open(log_path, "wb") as log:
-        return subprocess.Popen([sys.executable, *args], stdout=log, stderr=subprocess.STDOUT)
-
-
 class WorkerHandle:
     """One benchmark worker process: start, signal, observe, stop."""
 
@@ -203,7 +196,9 @@ class WorkerHandle:
         spec_path = tmp / f"{name}.spec.json"
         spec_path.write_text(json.dumps({**spec, "status_path": str(self.status_path)}))
         self.status_path.unlink(missing_ok=True)  # a snapshot of an earlier worker is not ours
-        self.proc = spawn(["-m", "emq.bench.worker_proc", str(spec_path)], self.log_path)
+        self.log_path.unlink(missing_ok=True)
+        argv = [str(spec_path)]
+        self.proc = Proc(name, argv, None, self.log_path, module="emq.bench.worker_proc")
         self.pid = self.proc.pid
         self._seq = 0
 
@@ -245,27 +240,17 @@ class WorkerHandle:
 
     def _signal(self, sig: signal.Signals) -> None:
         self._check_alive()
-        self.proc.send_signal(sig)
+        self.proc.signal(sig)
 
     def _check_alive(self) -> None:
-        if self.proc.poll() is not None:
-            raise EmqError(f"benchmark worker exited with {self.proc.returncode}: {self.log()}")
+        if not self.proc.alive:
+            raise EmqError(f"benchmark worker exited with {self.stop()}: {self.log()}")
 
     def log(self, chars: int = 2000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:].strip() or "(no output)"
-        except OSError:
-            return "(no log)"
+        return self.proc.log(chars).strip() or "(no output)"
 
-    def stop(self, timeout_s: float = 30.0) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
+    def stop(self, timeout_s: float = 30.0) -> int | None:
+        return self.proc.stop(timeout_s)
 
 
 # --------------------------------------------------------------------------- the servers
@@ -283,11 +268,10 @@ class Harness:
         self.redis_pid = 0
         self.sink_port = free_port()
         self.sink_base = f"http://127.0.0.1:{self.sink_port}"
-        self.sink: subprocess.Popen[bytes] | None = None
+        self.sink = SinkProcess(self.sink_port, tmp / "sink.log", record=record)
         self.queues: RedisQueueBackend | None = None
         self.prefix = ""
         self._client: aioredis.Redis | None = None
-        self._http: aiohttp.ClientSession | None = None
 
     @classmethod
     @contextlib.asynccontextmanager
@@ -301,27 +285,8 @@ class Harness:
 
     async def _start(self) -> None:
         self.redis_pid = self.redis.start()
-        self.sink = spawn(
-            ["-m", "emq.bench.sink", "--port", str(self.sink_port)]
-            + (["--record"] if self.record else []),
-            self.tmp / "sink.log",
-        )
+        await self.sink.start()
         self._client = aioredis.Redis.from_url(self.redis_url)
-        self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        await self._wait_for_sink()
-
-    async def _wait_for_sink(self, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            assert self.sink is not None
-            if self.sink.poll() is not None:
-                raise EmqError(f"the benchmark sink exited with {self.sink.returncode}")
-            try:
-                await self.sink_call("/_reset")
-                return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
-        raise EmqError("the benchmark sink did not answer within 20 s")
 
     async def _stop(self) -> None:
         # Every step runs even if an earlier one fails: nothing may be left running.
@@ -332,20 +297,11 @@ class Harness:
             if self._client is not None:
                 await self._client.aclose()
         with contextlib.suppress(Exception):
-            if self._http is not None:
-                await self._http.close()
-        if self.sink is not None and self.sink.poll() is None:
-            self.sink.terminate()
-            try:
-                self.sink.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.sink.kill()
-                self.sink.wait()
+            await self.sink.stop()
         self.redis.stop()
 
     @property
     def sink_pid(self) -> int:
-        assert self.sink is not None
         return self.sink.pid
 
     async def fresh(self, workload: str) -> RedisQueueBackend:
@@ -364,10 +320,7 @@ class Harness:
         return self._client
 
     async def sink_call(self, path: str) -> dict[str, Any]:
-        assert self._http is not None
-        async with self._http.get(self.sink_base + path) as r:
-            body: dict[str, Any] = await r.json(content_type=None)
-            return body
+        return await self.sink.get(path)
 
     async def sink_log(self) -> list[tuple[float, str, str, int, str]]:
         """The sink's whole delivery log (with ``record``): (arrival, topic path, webhook-id,

@@ -2,11 +2,12 @@
 
 :class:`Rig` starts Redis (``deploy/redis.sh``: AOF, ``appendfsync everysec``) and ZooKeeper
 (``deploy/zookeeper.sh``, 500 ms ticks so that sessions of a few seconds are allowed) on free
-ports in a temporary directory, and the sink (:mod:`emq.bench.sink` with ``--record``). It
-creates topics in the real config store and enqueues through the real
+ports in a temporary directory, and the sink (:class:`emq.rigs.procs.SinkProcess`, recording).
+It creates topics in the real config store and enqueues through the real
 :class:`~emq.api.enqueue.Enqueuer`, as the API does. Workers (``emq worker``) and the API
-(``emq api``) run as :class:`Proc`: real processes that a trial may ``kill -9``, ``SIGSTOP`` or
-restart. The servers themselves can be killed and restarted the same way (:meth:`Rig.kill`).
+(``emq api``) run as :class:`~emq.rigs.procs.Proc`: real processes that a trial may
+``kill -9``, ``SIGSTOP`` or restart. The servers themselves can be killed and restarted the same
+way (:meth:`Rig.kill`).
 
 Everything is stopped however the trial ends: ``async with Rig.running(tmp) as rig``.
 """
@@ -17,18 +18,14 @@ import asyncio
 import contextlib
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 
 from capacity import group_count
 from emq.api.enqueue import Enqueuer
-from emq.bench.harness import spawn
 from emq.bench.promises import Delivery, Quota, parse_log
 from emq.compose import open_config, open_queues
 from emq.core.errors import BackendUnavailable, EmqError
@@ -45,6 +42,7 @@ from emq.core.model import (
 )
 from emq.core.naming import RedisKeys
 from emq.core.settings import Settings
+from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
 TENANT = "faults"
@@ -52,64 +50,6 @@ ADMIN_TOKEN = "faults-admin-token"
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 ZK_TICK_MS = "500"
 BODY = '{"fault":true}'
-
-
-class Proc:
-    """One ``emq`` process (``worker`` or ``api``) with its own environment and log file."""
-
-    def __init__(self, name: str, argv: Sequence[str], env: dict[str, str], log: Path) -> None:
-        self.name = name
-        self._argv = [sys.executable, "-m", "emq", *argv]
-        self._env = env
-        self.log_path = log
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.start()
-
-    def start(self) -> None:
-        with open(self.log_path, "ab") as log:  # the child keeps its own descriptor
-            self.proc = subprocess.Popen(
-                self._argv, env=self._env, stdout=log, stderr=subprocess.STDOUT
-            )
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.poll() is None
-
-    def signal(self, sig: signal.Signals) -> None:
-        if self.alive:
-            assert self.proc is not None
-            self.proc.send_signal(sig)
-
-    def kill(self) -> None:
-        """``kill -9`` and reap."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
-
-    def stop(self, timeout_s: float = 15.0) -> int | None:
-        if self.proc is None:
-            return None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGCONT)  # a stopped process cannot act on SIGTERM
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=timeout_s)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        return self.proc.returncode
-
-    def log(self, chars: int = 3000) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-chars:]
-        except OSError:
-            return "(no log)"
-
-    def log_count(self, needle: str) -> int:
-        try:
-            return self.log_path.read_text(errors="replace").count(needle)
-        except OSError:
-            return 0
 
 
 class Rig:
@@ -132,7 +72,7 @@ class Rig:
         self.procs: list[Proc] = []
         self.quotas: dict[str, Quota] = {}
         self.accepted: set[str] = set()
-        self._sink: subprocess.Popen[bytes] | None = None
+        self._sink = SinkProcess(self.sink_port, tmp / "sink.log", record=True)
         self._http: aiohttp.ClientSession | None = None
         self._queues: QueueBackend | None = None
         self._config: ConfigStore | None = None
@@ -153,23 +93,11 @@ class Rig:
     async def _start(self) -> None:
         self.redis.start()
         self.zk.start()
-        argv = ["-m", "emq.bench.sink", "--port", str(self.sink_port), "--record"]
-        self._sink = spawn(argv, self.tmp / "sink.log")
+        await self._sink.start()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
-        await self._wait_for_sink()
         self._queues = await open_queues(self.settings)
         self._config = await open_config(self.settings)
         await self._config.create_tenant(Tenant(TENANT, "Fault trials", "0" * 64, time.time()))
-
-    async def _wait_for_sink(self, timeout_s: float = 20.0) -> None:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                await self._sink_get("/_reset")
-                return
-            except aiohttp.ClientError:
-                await asyncio.sleep(0.1)
-        raise EmqError("the fault trials' sink did not answer within 20 s")
 
     async def _stop(self) -> None:
         # Every step runs even if an earlier one fails: nothing may be left running.
@@ -183,13 +111,8 @@ class Rig:
         with contextlib.suppress(Exception):
             if self._http is not None:
                 await self._http.close()
-        if self._sink is not None and self._sink.poll() is None:
-            self._sink.terminate()
-            try:
-                self._sink.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._sink.kill()
-                self._sink.wait()
+        with contextlib.suppress(Exception):
+            await self._sink.stop()
         for service in (self.zk, self.redis):
             with contextlib.suppress(Exception):
                 service.stop()
@@ -314,15 +237,9 @@ class Rig:
 
     # ----------------------------------------------------------------------- the sink
 
-    async def _sink_get(self, path: str) -> dict[str, Any]:
-        assert self._http is not None
-        async with self._http.get(self.sink_base + path) as r:
-            body: dict[str, Any] = await r.json(content_type=None)
-            return body
-
     async def deliveries(self) -> list[Delivery]:
         """The sink's delivery log so far (fetched incrementally)."""
-        page = await self._sink_get(f"/_log?from={self._log_next}")
+        page = await self._sink.get(f"/_log?from={self._log_next}")
         self._log += parse_log(page["log"])
         self._log_next = page["next"]
         return self._log

@@ -23,17 +23,16 @@ import signal
 import subprocess
 import sys
 import time
-from collections import Counter, deque
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from aiohttp import web
-
 from emq.client import Client
 from emq.core.errors import BackendUnavailable, EmqError
 from emq.core.settings import Settings
+from emq.rigs.procs import Proc, stop_all
+from emq.rigs.sink import Sink
 from emq.stack import free_port, local_stack
 
 WINDOW_S = 5  # delivered/s is averaged over the last few full seconds
@@ -47,8 +46,9 @@ class DemoTopic:
     offer: int  # jobs per second sent by the load generator
     hang: bool = False
     sent: int = 0
-    latencies: deque[float] = field(default_factory=lambda: deque(maxlen=5000))
-    per_second: Counter[int] = field(default_factory=Counter)
+    # the sink's own counts of this topic (see demo_sink)
+    latencies: list[float] = field(default_factory=list)
+    per_second: dict[int, int] = field(default_factory=dict)
     backlog: int = 0
     owners: str = "-"
 
@@ -58,11 +58,13 @@ class DemoTopic:
 
     def delivered_per_s(self, now: float) -> float:
         last = int(now) - 1
-        return sum(self.per_second[s] for s in range(last - WINDOW_S + 1, last + 1)) / WINDOW_S
+        seconds = range(last - WINDOW_S + 1, last + 1)
+        return sum(self.per_second.get(s, 0) for s in seconds) / WINDOW_S
 
     def p99_ms(self) -> float:
         if not self.latencies:
             return 0.0
+        del self.latencies[:-5000]  # the latest few thousand are enough for a p99
         ordered = sorted(self.latencies)
         return round(ordered[min(len(ordered) - 1, int(len(ordered) * 0.99))] * 1000, 1)
 
@@ -76,84 +78,33 @@ def demo_topics() -> list[DemoTopic]:
     ]
 
 
-# ------------------------------------------------------------------ the sink
+# ------------------------------------------------------------------ the sink and the processes
 
 
-class Sink:
-    """Receives the pushes: records arrival per second and end-to-end latency per topic."""
-
-    def __init__(self, topics: list[DemoTopic]) -> None:
-        self.topics = {t.key: t for t in topics}
-        self.url = ""
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        topic = self.topics[f"{request.match_info['tenant']}/{request.match_info['topic']}"]
-        await request.read()
-        if topic.hang:
-            await asyncio.sleep(3600)  # until the worker gives up (its request timeout)
-        now = time.time()
-        topic.per_second[int(now)] += 1
-        sent = request.headers.get("X-Demo-Sent")
-        if sent:
-            topic.latencies.append(now - float(sent))
-        return web.Response(status=204)
-
-    @contextlib.asynccontextmanager
-    async def running(self) -> AsyncIterator[Sink]:
-        app = web.Application()
-        app.router.add_post("/{tenant}/{topic}", self.handle)
-        runner = web.AppRunner(
-            app, access_log=None, handler_cancellation=True, shutdown_timeout=0.5
-        )
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0, backlog=1024)
-        await site.start()
-        self.url = f"http://127.0.0.1:{site.port}"
-        try:
-            yield self
-        finally:
-            await runner.cleanup()
+def demo_sink(topics: list[DemoTopic]) -> Sink:
+    """The one sink (:mod:`emq.rigs.sink`) set up for the demo: ``/t/<tenant>/<topic>``, counts
+    and latencies (``X-Demo-Sent``) only, the hanging topics held until the worker gives up."""
+    sink = Sink(keep_deliveries=False, latency_header="X-Demo-Sent")
+    for t in topics:
+        sink.behaviour[t.key].hang = t.hang
+        t.per_second = sink.stats.per_second[t.key]
+        t.latencies = sink.stats.latencies[t.key]
+    return sink
 
 
-# ------------------------------------------------------------------ processes
+def start_processes(env: dict[str, str], log_dir: Path, workers: int) -> list[Proc]:
+    """``emq api`` and ``workers`` fleet workers, logs under ``log_dir``."""
+    log_dir.mkdir(parents=True, exist_ok=True)
+    procs = [Proc("api", ["api"], env, log_dir / "api.log")]
+    for i in range(workers):
+        name = f"worker-{i + 1}"
+        procs.append(Proc(name, ["worker", "--id", f"demo-w{i + 1}"], env, log_dir / f"{name}.log"))
+    return procs
 
 
-class Processes:
-    """The API and the workers as child processes, logs under ``log_dir``."""
-
-    def __init__(self, env: dict[str, str], log_dir: Path) -> None:
-        self.env = env
-        self.log_dir = log_dir
-        self.children: list[tuple[str, subprocess.Popen[bytes]]] = []
-
-    def start(self, name: str, *args: str) -> None:
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        with open(self.log_dir / f"{name}.log", "ab") as log:
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "emq", *args],
-                env=self.env,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-            )
-        self.children.append((name, proc))
-
-    def check(self) -> None:
-        for name, proc in self.children:
-            if proc.poll() is not None:
-                raise EmqError(
-                    f"{name} exited with {proc.returncode}; see {self.log_dir / name}.log"
-                )
-
-    def stop(self) -> None:
-        for _, proc in reversed(self.children):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for _, proc in self.children:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
+def check(procs: list[Proc]) -> None:
+    for proc in procs:
+        proc.check()
 
 
 @contextlib.contextmanager
@@ -209,13 +160,10 @@ class Demo:
         }
 
     async def run(self, stop: asyncio.Event, view: Any) -> dict[str, Any]:
-        procs = Processes(self.env(), self.out_dir / "logs")
-        procs.start("api", "api")
-        for i in range(self.workers):
-            procs.start(f"worker-{i + 1}", "worker", "--id", f"demo-w{i + 1}")
+        procs = start_processes(self.env(), self.out_dir / "logs", self.workers)
         try:
             async with (
-                Sink(self.topics).running() as sink,
+                demo_sink(self.topics).serving() as sink,
                 Client(self.api_url, self.admin_token) as client,
             ):
                 await self._wait_healthy(client, procs)
@@ -231,12 +179,12 @@ class Demo:
                     await asyncio.gather(*load, watch, return_exceptions=True)
                 return self.summary()
         finally:
-            procs.stop()
+            stop_all(procs)
 
-    async def _wait_healthy(self, client: Client, procs: Processes) -> None:
+    async def _wait_healthy(self, client: Client, procs: list[Proc]) -> None:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            procs.check()
+            check(procs)
             with contextlib.suppress(EmqError, OSError):
                 await client.health()
                 return
@@ -254,7 +202,7 @@ class Demo:
 
     async def _offer(self, client: Client, t: DemoTopic, sink: Sink) -> None:
         """Send ``t.offer`` jobs per second in ten slices per second."""
-        url = f"{sink.url}/{t.tenant}/{t.topic}"
+        url = sink.url(t.key)
         tick = 0.1
         next_at = time.monotonic()
         carry = 0.0
@@ -295,9 +243,9 @@ class Demo:
         for t in self.topics:
             t.owners = ", ".join(sorted(owners.get(t.key, set()))) or "-"
 
-    async def _until_done(self, stop: asyncio.Event, procs: Processes, view: Any) -> None:
+    async def _until_done(self, stop: asyncio.Event, procs: list[Proc], view: Any) -> None:
         while not stop.is_set():
-            procs.check()
+            check(procs)
             view(self)
             if self.duration_s is not None and time.time() - self.started >= self.duration_s:
                 return
@@ -326,7 +274,7 @@ class Demo:
         rows = self.rows()
         first, last = int(self.started) + 2, int(time.time()) - 1  # full seconds, after warm-up
         for row, t in zip(rows, self.topics, strict=True):
-            counts = [t.per_second[s] for s in range(first, last)]
+            counts = [t.per_second.get(s, 0) for s in range(first, last)]
             row["max_delivered_in_1s"] = max(counts, default=0)
             row["max_over_quota"] = round(max(counts, default=0) / t.qps, 3)
             row["mean_delivered_per_s"] = round(sum(counts) / len(counts), 1) if counts else 0.0

@@ -30,7 +30,6 @@ from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from kazoo.client import KazooClient
 from kazoo.recipe.watchers import DataWatch
@@ -42,7 +41,8 @@ from emq.compose import open_config, open_history, open_queues
 from emq.core.model import GroupRef, Namespace, TopicRef
 from emq.core.naming import RedisKeys, ZkPaths
 from emq.core.settings import Settings
-from tests.worker.conftest import Sink, Stack, WorkerProcess, stack, worker_process
+from emq.rigs.sink import Sink, SinkProtocol
+from tests.worker.conftest import Stack, WorkerProcess, stack, worker_process
 
 __all__ = ["stack", "worker_process"]  # fixtures used from the worker harness
 
@@ -103,11 +103,10 @@ class AttributedSink(Sink):
         self._connections: list[object] = []
         self.port = 0
 
-    def who(self, request: web.Request) -> str:
-        protocol = request.protocol
-        name = self._by_connection.get(id(protocol))
+    def who(self, connection: SinkProtocol) -> str:
+        name = self._by_connection.get(id(connection))
         if name is None:
-            peer = request.transport.get_extra_info("peername") if request.transport else None
+            peer = connection.peer
             name = self._by_port.get(peer[1], "?") if peer else "?"
             if name == "?" and peer:  # a connection opened since the last look: look again
                 owners = _socket_owners(self.pids)
@@ -117,13 +116,12 @@ class AttributedSink(Sink):
                     if inode in owners
                 }
                 name = self._by_port.get(peer[1], "?")
-            self._by_connection[id(protocol)] = name
-            self._connections.append(protocol)  # held: an id() is never reused meanwhile
+            self._by_connection[id(connection)] = name
+            self._connections.append(connection)  # held: an id() is never reused meanwhile
         return name
 
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.arrivals.append((request.match_info["topic"], time.time(), self.who(request)))
-        return await super().handle(request)
+    def on_arrival(self, connection: SinkProtocol, topic: str) -> None:
+        self.arrivals.append((topic, time.time(), self.who(connection)))
 
     def runs(self, topic: str) -> list[tuple[str, float, float, int]]:
         """Consecutive arrivals of ``topic`` from one worker: (worker, first, last, count)."""
@@ -138,18 +136,8 @@ class AttributedSink(Sink):
 
 @pytest.fixture
 async def sink() -> AsyncIterator[AttributedSink]:
-    s = AttributedSink()
-    app = web.Application()
-    app.router.add_route("*", "/t/{topic}", s.handle)
-    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5, handler_cancellation=True)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0, backlog=4096)
-    await site.start()
-    s.port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    s.base = f"http://127.0.0.1:{s.port}"
-    yield s
-    s.release_hung()
-    await runner.cleanup()
+    async with AttributedSink().serving() as s:
+        yield s
 
 
 # --------------------------------------------------------------------------- the assignment

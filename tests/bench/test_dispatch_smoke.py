@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from emq.bench.sink import SinkProtocol, Stats
+from emq.rigs.sink import SinkProtocol, Stats
 
 SHAPE = {"bench", "workload", "targets", "pass", "contention", "machine"}
 

@@ -19,7 +19,7 @@ def doc() -> dict[str, Any]:
     """The suite with each part shortened: 1 s runs, W5 alone, a small fleet, a one-topic plan."""
     runs = dict(suite._RUNS)
     shortened = {
-        "enqueue": lambda d, r: enqueue.run(duration_s=1.0),
+        "enqueue": lambda d, r: enqueue.run(duration_s=1.0, producer_jobs=5_000),
         "dispatch": lambda d, r: {"results": [dispatch.run("W5", duration_s=1.0)]},
         "fleet": lambda d, r: runs["fleet"](d, r),
         "plan": lambda d, r: plan_bench.run(rows=suite.MIN_ROWS) | {"machine": {}},
@@ -35,6 +35,7 @@ def test_one_document_holds_every_part_with_the_machine(doc: dict[str, Any]) -> 
     assert doc["bench"] == "all" and set(doc["results"]) == set(suite.PARTS)
     assert doc["machine"]["cores"] >= 1 and doc["date"].count("-") == 2
     assert doc["results"]["enqueue"]["jobs_per_s"] > 0
+    assert doc["results"]["enqueue"]["producer_send_loop_jobs_per_s"] > 0
     assert doc["results"]["dispatch"]["results"][0]["samples"] > 0
     assert doc["results"]["fleet"]["groups"] == suite.FLEET_GROUPS
     assert doc["results"]["plan"]["plan"]["rows"] == suite.MIN_ROWS

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from emq.client import ApiError, Client, Producer, error_from_response
+from emq.client import ApiError, Client, JobsRejected, Producer, error_from_response
 from emq.core import errors
 from emq.stack import free_port
 from tests.api.conftest import Api
@@ -203,7 +203,56 @@ def test_error_table_covers_every_documented_status() -> None:
 # ------------------------------------------------------------------ producer
 
 
-async def test_producer_delivers_10000_sends_exactly_once_in_batches(
+async def test_producer_send_in_a_loop_queues_and_batches(api: Api, acme: Client) -> None:
+    """The README's pattern: ``await send(job)`` returns once the job is queued, so a loop of
+    10 000 sends costs a handful of requests; the end of ``async with`` waits for them all."""
+    async with acme.producer("acme", "orders") as producer:
+        for n in range(10_000):
+            await producer.send(JOB | {"body": {"n": n}})
+    assert producer.accepted == 10_000 and producer.failed == 0
+    assert producer.requests <= 10_000 / 1000 + 10, "jobs were not batched"
+    assert await _backlog(acme) == 10_000
+
+
+class HeldClient(Client):
+    """A client whose enqueue requests wait until released: its Producer's senders stay busy."""
+
+    def __init__(self, url: str, token: str) -> None:
+        super().__init__(url, token)
+        self.release = asyncio.Event()
+        self.posted = asyncio.Event()
+
+    async def enqueue_encoded(self, *args: Any, **kw: Any) -> dict[str, Any]:
+        self.posted.set()
+        await self.release.wait()
+        return await super().enqueue_encoded(*args, **kw)
+
+
+async def test_producer_send_waits_while_the_local_queue_is_full(api: Api, acme: Client) -> None:
+    """Back-pressure: with every sender busy and the queue of cut batches full, ``send`` waits
+    instead of holding ever more jobs."""
+    held = HeldClient(_url(api), ADMIN_TOKEN)  # the admin may enqueue too
+    producer = held.producer("acme", "orders", max_batch=10, max_in_flight=1, linger_s=10)
+    async with held, producer:
+        for _ in range(20):  # one batch in flight (held), one waiting for the sender
+            await producer.send(JOB)
+        await held.posted.wait()
+        blocked = asyncio.create_task(_send_many(producer, 10))
+        for _ in range(100):  # every task that can run does (the held request cannot)
+            await asyncio.sleep(0)
+        assert not blocked.done(), "send did not wait for room"
+        held.release.set()
+        await blocked
+    assert producer.accepted == 30
+    assert await _backlog(acme) == 30
+
+
+async def _send_many(producer: Producer, n: int) -> None:
+    for _ in range(n):
+        await producer.send(JOB)
+
+
+async def test_producer_send_and_wait_returns_each_id(
     api: Api, admin: Client, acme: Client
 ) -> None:
     await admin.set_quota("acme", "orders", 1000)
@@ -211,7 +260,7 @@ async def test_producer_delivers_10000_sends_exactly_once_in_batches(
 
     async def sender(producer: Producer, worker: int) -> None:
         for i in range(25):
-            sent.append(await producer.send(JOB | {"body": f"{worker}-{i}"}))
+            sent.append(await producer.send_and_wait(JOB | {"body": f"{worker}-{i}"}))
 
     async with acme.producer("acme", "orders") as producer:
         await asyncio.gather(*(sender(producer, w) for w in range(400)))
@@ -235,24 +284,29 @@ async def test_producer_honours_retry_after_on_429(admin: Client, acme: Client) 
     assert await _backlog(acme) == 15
 
 
-async def test_producer_gives_up_on_429_after_its_budget(admin: Client, acme: Client) -> None:
+async def test_producer_reports_jobs_still_refused_after_its_budget(
+    admin: Client, acme: Client
+) -> None:
     await admin.update_topic("acme", "orders", max_backlog=5)
     await acme.enqueue("acme", "orders", [JOB] * 5)
-    async with acme.producer("acme", "orders", retry_for_s=0.5) as producer:
-        results = await asyncio.gather(
-            *(producer.send(JOB) for _ in range(3)), return_exceptions=True
-        )
-    assert all(isinstance(r, errors.BacklogFull) for r in results)
+    with pytest.raises(JobsRejected) as info:
+        async with acme.producer("acme", "orders", retry_for_s=0.5) as producer:
+            for n in range(3):
+                await producer.send(JOB | {"body": {"n": n}})
+    rejected = info.value.rejected
+    assert [r.job["body"] for r in rejected] == [{"n": 0}, {"n": 1}, {"n": 2}]
+    assert all(isinstance(r.error, errors.BacklogFull) for r in rejected)
+    assert "3 jobs not accepted" in str(info.value)
     assert producer.failed == 3 and await _backlog(acme) == 5
 
 
 async def test_producer_fails_only_the_rejected_job(acme: Client) -> None:
     async with acme.producer("acme", "orders") as producer:
         results = await asyncio.gather(
-            producer.send(JOB),
-            producer.send({"url": "ftp://example.com/x"}),
-            producer.send(JOB | {"body": "x" * (256 * 1024 + 1)}),
-            producer.send(JOB),
+            producer.send_and_wait(JOB),
+            producer.send_and_wait({"url": "ftp://example.com/x"}),
+            producer.send_and_wait(JOB | {"body": "x" * (256 * 1024 + 1)}),
+            producer.send_and_wait(JOB),
             return_exceptions=True,
         )
         with pytest.raises(TypeError):
@@ -265,12 +319,42 @@ async def test_producer_fails_only_the_rejected_job(acme: Client) -> None:
     assert await _backlog(acme) == 2
 
 
-async def test_producer_fails_a_whole_batch_on_other_errors(acme: Client) -> None:
-    async with acme.producer("acme", "missing") as producer:
-        results = await asyncio.gather(
-            *(producer.send(JOB) for _ in range(5)), return_exceptions=True
-        )
-    assert all(isinstance(r, errors.NotFound) for r in results)
+async def test_flush_reports_each_rejected_send_once_and_keeps_the_rest(acme: Client) -> None:
+    async with acme.producer("acme", "orders") as producer:
+        await producer.send(JOB)
+        await producer.send({"url": "ftp://example.com/x"})
+        await producer.send(JOB | {"body": "x" * (256 * 1024 + 1)})
+        await producer.send(JOB)
+        with pytest.raises(JobsRejected) as info:
+            await producer.flush()
+        await producer.send(JOB)
+        await producer.flush()  # reported once: nothing new to report
+    (url, size) = info.value.rejected
+    assert url.job == {"url": "ftp://example.com/x"} and isinstance(url.error, errors.InvalidInput)
+    assert url.error.field == "url"
+    assert isinstance(size.error, errors.PayloadTooLarge) and size.error.field == "body"
+    assert (producer.accepted, producer.failed) == (3, 2)
+    assert await _backlog(acme) == 3
+
+
+async def test_producer_reports_a_whole_failed_batch(acme: Client) -> None:
+    with pytest.raises(JobsRejected) as info:
+        async with acme.producer("acme", "missing") as producer:
+            for _ in range(5):
+                await producer.send(JOB)
+    assert len(info.value.rejected) == 5
+    assert all(isinstance(r.error, errors.NotFound) for r in info.value.rejected)
+
+
+async def test_an_error_in_the_block_is_not_masked_and_jobs_still_go(acme: Client) -> None:
+    with pytest.raises(KeyError) as info:
+        async with acme.producer("acme", "orders") as producer:
+            await producer.send(JOB)
+            await producer.send({"url": "ftp://example.com/x"})
+            raise KeyError("the caller's own error")
+    assert any("1 jobs not accepted" in note for note in info.value.__notes__)
+    assert (producer.accepted, producer.failed) == (1, 1)
+    assert await _backlog(acme) == 1
 
 
 async def test_producer_close_delivers_what_is_pending(acme: Client) -> None:
@@ -280,9 +364,10 @@ async def test_producer_close_delivers_what_is_pending(acme: Client) -> None:
     await producer.flush()
     assert all(f.done() for f in futures)
     more = [await producer.submit(JOB) for _ in range(3)]
+    await producer.send(JOB)
     await producer.aclose()
     await producer.aclose()
     assert all(f.result() for f in more)
     with pytest.raises(RuntimeError, match="closed"):
         await producer.send(JOB)
-    assert await _backlog(acme) == 23
+    assert await _backlog(acme) == 24

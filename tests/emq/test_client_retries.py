@@ -11,7 +11,9 @@ import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import aiohttp
 import pytest
+from aiohttp import web
 
 from emq.client import Backoff, Client
 from emq.core import errors
@@ -153,3 +155,63 @@ async def test_backoff_grows_with_jitter_and_stops_at_its_deadline() -> None:
     assert backoff.delay_for(unavailable) is None  # 1.6 s more would pass the deadline
     assert backoff.delay_for(errors.NotFound("gone")) is None  # not retryable at all
     assert Backoff(10.0, rand=lambda: 0.5).delay_for(errors.BacklogFull("full", 2.5)) == 2.5
+
+
+class AnswerLosingProxy:
+    """Forwards requests to the API; the first one's answer never comes back (the jobs are
+    stored, the client times out): the case where a retry could store a batch twice."""
+
+    def __init__(self, api_url: str) -> None:
+        self.api_url = api_url.rstrip("/")
+        self.release = asyncio.Event()
+        self.forwarded = 0
+
+    async def handle(self, request: web.Request) -> web.Response:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.request(
+                request.method,
+                self.api_url + request.path_qs,
+                data=await request.read(),
+                headers={k: v for k, v in request.headers.items() if k != "Host"},
+            ) as r,
+        ):
+            body, status, kind = await r.read(), r.status, r.content_type
+        self.forwarded += 1
+        if self.forwarded == 1:
+            await self.release.wait()  # until the test ends: the client gave up long before
+        return web.Response(body=body, status=status, content_type=kind)
+
+
+@pytest.fixture
+async def proxy(api: Api) -> AsyncIterator[str]:
+    lossy = AnswerLosingProxy(str(api.client.make_url("/")))
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", lossy.handle)
+    runner = web.AppRunner(app, access_log=None, shutdown_timeout=0.5)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    yield f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+    lossy.release.set()
+    await runner.cleanup()
+
+
+@pytest.mark.parametrize("idempotent", [True, False])
+async def test_a_retried_batch_is_stored_once_with_idempotent(
+    api: Api, token: str, proxy: str, idempotent: bool
+) -> None:
+    """The first request is stored but its answer lost; the Producer sends the batch again.
+    With ``idempotent=True`` the API answers the repeat as duplicates (stored once); without,
+    the jobs are stored twice, as the module documents (at least once)."""
+    acme = Client(proxy, token, timeout_s=0.5)
+    async with acme, acme.producer("acme", "orders", idempotent=idempotent) as producer:
+        for n in range(50):
+            await producer.send(JOB | {"body": {"n": n}})
+    assert producer.unavailable == 1 and producer.failed == 0
+    if idempotent:
+        assert (producer.accepted, producer.duplicates) == (0, 50)
+        assert await _backlog(api, token) == 50
+    else:
+        assert (producer.accepted, producer.duplicates) == (50, 0)
+        assert await _backlog(api, token) == 100

@@ -12,13 +12,13 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
-from aiohttp import web
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from standardwebhooks import Webhook
 
 from emq.core.errors import DestinationRefused, Undeliverable
 from emq.core.interfaces import PushRequest
+from emq.rigs.sink import Sink
 from worker.push import PushExecutor, parse_retry_after
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
@@ -132,69 +132,42 @@ def test_allowlist_overrides_only_what_it_lists() -> None:
     assert policy.refusal(ipaddress.ip_address("127.0.0.1")) is not None
 
 
-class Sink:
-    """A real aiohttp endpoint recording requests; behaviour set per test."""
-
-    def __init__(self) -> None:
-        self.requests: list[tuple[dict[str, str], bytes]] = []
-        self.status = 200
-        self.headers: dict[str, str] = {}
-        self.delay_s = 0.0
-        self.body = b"ok"
-
-    async def handle(self, request: web.Request) -> web.StreamResponse:
-        self.requests.append((dict(request.headers), await request.read()))
-        if self.delay_s:
-            await asyncio.sleep(self.delay_s)
-        return web.Response(status=self.status, headers=self.headers, body=self.body)
-
-
 @pytest.fixture
-async def sink() -> AsyncIterator[tuple[Sink, str]]:
-    s = Sink()
-    app = web.Application()
-    app.router.add_route("*", "/{tail:.*}", s.handle)
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, "127.0.0.1", 0)
-    await site.start()
-    port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-    yield s, f"http://127.0.0.1:{port}"
-    await runner.cleanup()
+async def sink() -> AsyncIterator[Sink]:
+    async with Sink().serving() as s:
+        yield s
 
 
-async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: tuple[Sink, str]) -> None:
-    s, base = sink
+async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: Sink) -> None:
     body = json.dumps({"order": 1})
     headers = {"Content-Type": "application/json"} | signature_headers(
         SECRET, "msg_1", time.time(), body
     )
     async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(
-            PushRequest(f"{base}/hook", "POST", headers, body.encode(), endpoint="t")
+            PushRequest(sink.url("hook"), "POST", headers, body.encode(), endpoint="t")
         )
     assert result.status == 200 and result.error is None
-    (got_headers, got_body) = s.requests[0]
+    got_headers, got_body = sink.deliveries[0].headers, sink.deliveries[0].body
     assert Webhook(SECRET).verify(got_body, got_headers) == {"order": 1}
     assert "Cookie" not in got_headers and "User-Agent" not in got_headers
 
 
-async def test_redirects_are_not_followed(sink: tuple[Sink, str]) -> None:
-    s, base = sink
-    s.status, s.headers = 302, {"Location": "http://169.254.169.254/latest"}
+async def test_redirects_are_not_followed(sink: Sink) -> None:
+    sink.behaviour["hook"].status = 302
+    sink.behaviour["hook"].headers = {"Location": "http://169.254.169.254/latest"}
     async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
-        result = await pusher.push(_req(f"{base}/hook"))
+        result = await pusher.push(_req(sink.url("hook")))
     assert result.status == 302
-    assert len(s.requests) == 1
+    assert sum(sink.attempts.values()) == 1
 
 
-async def test_timeout_is_an_error_result_not_an_exception(sink: tuple[Sink, str]) -> None:
-    s, base = sink
-    s.delay_s = 2.0
+async def test_timeout_is_an_error_result_not_an_exception(sink: Sink) -> None:
+    sink.behaviour["slow"].delay_s = 2.0
     settings = WorkerSettings(request_timeout_s=0.3)
     async with PushExecutor(settings, AddressPolicy(LOOPBACK)) as pusher:
         start = time.monotonic()
-        result = await pusher.push(_req(f"{base}/slow"))
+        result = await pusher.push(_req(sink.url("slow")))
     assert result.status == 0 and result.error == "timed out"
     assert time.monotonic() - start < 1.5
 
@@ -234,21 +207,20 @@ async def test_a_host_that_resolves_to_nothing_is_a_retryable_result() -> None:
     assert result.status == 0 and result.error and "resolve" in result.error
 
 
-async def test_response_reads_are_capped(sink: tuple[Sink, str]) -> None:
-    s, base = sink
-    s.body = b"x" * (5 * 1024 * 1024)
+async def test_response_reads_are_capped(sink: Sink) -> None:
+    sink.behaviour["big"].body = b"x" * (5 * 1024 * 1024)
     async with PushExecutor(
         WorkerSettings(max_response_bytes=1024), AddressPolicy(LOOPBACK)
     ) as pusher:
-        result = await pusher.push(_req(f"{base}/big"))
+        result = await pusher.push(_req(sink.url("big")))
     assert result.status == 200
 
 
-async def test_retry_after_is_parsed_from_the_response(sink: tuple[Sink, str]) -> None:
-    s, base = sink
-    s.status, s.headers = 429, {"Retry-After": "7"}
+async def test_retry_after_is_parsed_from_the_response(sink: Sink) -> None:
+    sink.behaviour["busy"].status = 429
+    sink.behaviour["busy"].retry_after = "7"
     async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
-        result = await pusher.push(_req(f"{base}/busy"))
+        result = await pusher.push(_req(sink.url("busy")))
     assert (result.status, result.retry_after_s) == (429, 7.0)
 
 

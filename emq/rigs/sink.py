@@ -1,0 +1,546 @@
+"""The one HTTP sink of EMQ's tests, benchmarks and demo: where the workers' pushes land.
+
+An ``asyncio.Protocol`` that parses just enough of each request (request line, headers, a
+``Content-Length`` body) and answers without a web framework, keeping the connection alive, so
+one core serves far more requests than one worker sends: benchmark figures then measure the
+sender, not the sink. It runs two ways:
+
+* as its own process, for the benchmarks (``python -m emq.rigs.sink --port P [--record]``;
+  :class:`emq.rigs.procs.SinkProcess` starts one and reads it over HTTP), steered by the path;
+* on the caller's event loop, for the tests and ``emq demo`` (:class:`Sink`: ``async with
+  Sink().serving() as sink``), which also records each delivery (topic, job id, time, headers,
+  body) and answers each topic as its :class:`Behaviour` says (a status, a ``Retry-After``, a
+  delay, a hang, failures first).
+
+Paths:
+
+* ``/t/<topic>``: counted per topic per wall-clock second. A request carrying the latency
+  header (``X-Bench-Sent``: epoch seconds, set when the job was enqueued) also records its
+  latency. In a :class:`Sink`, answered as the topic's behaviour says (by default ``200`` at
+  once) and counted when answered.
+* ``/hang/<anything>``: never answered; the connection stays open until the client gives up.
+* ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
+  wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
+* ``/fail/<n>/<topic>``: ``500`` to the first ``n`` requests of each ``webhook-id``, then ``200``
+  (a flaky endpoint: the job succeeds on its ``n + 1``-th attempt).
+* ``/busy/<n>/<topic>``: ``503`` with ``Retry-After: 1`` to the first ``n`` requests of each
+  ``webhook-id``, then ``200`` (an endpoint shedding load).
+* ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
+
+With ``record`` the sink also keeps a delivery log for the promise checker
+(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/``, ``/hang/``, ``/fail/``
+or ``/busy/`` of ``[arrival wall time, topic, webhook-id, status answered (0: never), query
+string]``, read with ``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of
+the following call).
+Off by default: the dispatch benchmarks measure the sender, and the log costs the sink a little.
+
+Chunked request bodies are not supported (neither the worker nor the benchmark client sends
+one): a request without ``Content-Length`` has no body.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import http
+import json
+import random
+import signal
+import socket
+import time
+from collections import Counter, defaultdict
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import uvloop
+
+from worker.main import raise_fd_limit
+
+_OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+_FAILED = {
+    b"fail": (500, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"),
+    b"busy": (
+        503,
+        b"HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n",
+    ),
+}
+_STATUSES = {s.value for s in http.HTTPStatus}
+_HEAD_END = b"\r\n\r\n"
+_MAX_HEAD = 64 * 1024
+
+
+class Stats:
+    """What the sink saw since the last reset."""
+
+    def __init__(self, record: bool = False, latency_header: str = "X-Bench-Sent") -> None:
+        self.record = record
+        self.latency_header = b"\r\n" + latency_header.lower().encode() + b":"
+        self.reset()
+
+    def reset(self) -> None:
+        self.started = time.time()
+        self.per_second: defaultdict[str, defaultdict[int, int]] = defaultdict(
+            lambda: defaultdict(int)
+        )
+        self.latencies: defaultdict[str, list[float]] = defaultdict(list)
+        self.requests = 0
+        self.first_at = 0.0  # arrival of the first and the last counted request
+        self.last_at = 0.0
+        self.hung = 0
+        self.slow = 0  # slow requests answered
+        self.other = 0
+        self.log: list[tuple[float, str, str, int, str]] = []
+        self.attempts: defaultdict[bytes, int] = defaultdict(int)  # /fail/, /busy/: per id
+
+    def note(self, head: bytes, now: float, topic_path: bytes, status: int) -> None:
+        """Append a delivery log row (when recording) for a request to ``topic_path``."""
+        if not self.record:
+            return
+        topic, _, query = topic_path.partition(b"?")
+        webhook_id = _header(head, b"\r\nwebhook-id:") or b""
+        self.log.append((now, topic.decode(), webhook_id.decode(), status, query.decode()))
+
+    def log_from(self, start: int) -> dict[str, Any]:
+        rows = self.log[start:]
+        return {"next": start + len(rows), "log": rows}
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "since": self.started,
+            "now": time.time(),
+            "requests": self.requests,
+            "first_at": self.first_at,
+            "last_at": self.last_at,
+            "hung": self.hung,
+            "slow": self.slow,
+            "other": self.other,
+            "per_second": {
+                topic: {str(s): n for s, n in seconds.items()}
+                for topic, seconds in self.per_second.items()
+            },
+            "latency_ms": {
+                topic: [round(v * 1000, 3) for v in values]
+                for topic, values in self.latencies.items()
+            },
+        }
+
+
+class SinkProtocol(asyncio.Protocol):
+    __slots__ = ("_buffer", "_hung", "_need", "_sink", "_stats", "_transport")
+
+    def __init__(self, stats: Stats, sink: Sink | None = None) -> None:
+        self._stats = stats
+        self._sink = sink
+        self._buffer = bytearray()
+        self._need = -1  # bytes of the current request (head + body) once its head is parsed
+        self._hung = False
+        self._transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]  # uvloop's is not a subclass
+        sock = transport.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    @property
+    def peer(self) -> tuple[str, int] | None:
+        """The client's (address, port), while connected."""
+        if self._transport is None:
+            return None
+        peer = self._transport.get_extra_info("peername")
+        return (peer[0], peer[1]) if peer else None
+
+    @property
+    def open(self) -> bool:
+        return self._transport is not None and not self._transport.is_closing()
+
+    def data_received(self, data: bytes) -> None:
+        if self._hung:
+            return  # a hung request: whatever else the client sends is ignored
+        buffer = self._buffer
+        buffer += data
+        while buffer:
+            end = buffer.find(_HEAD_END)
+            if end < 0:
+                if len(buffer) > _MAX_HEAD:
+                    self._close()
+                return
+            head = bytes(buffer[:end])
+            total = end + 4 + _content_length(head)
+            if len(buffer) < total:
+                return
+            body = bytes(buffer[end + 4 : total]) if self._sink is not None else b""
+            del buffer[:total]
+            if not self._handle(head, body):
+                return
+
+    def _handle(self, head: bytes, body: bytes = b"") -> bool:
+        """Answer one request; False when nothing more is to be read from this connection."""
+        line_end = head.find(b"\r\n")
+        request_line = head if line_end < 0 else head[:line_end]
+        parts = request_line.split(b" ")
+        path = parts[1] if len(parts) >= 2 else b"/"
+        stats = self._stats
+        now = time.time()
+        transport = self._transport
+        assert transport is not None
+        if path.startswith(b"/t/") and self._sink is not None:
+            topic = path[3:].split(b"?", 1)[0].decode()
+            self._sink.arrived(self, topic, head, body, now)
+            return not self._hung
+        if path.startswith(b"/t/"):
+            topic = path[3:].split(b"?", 1)[0].decode()
+            if not stats.requests:
+                stats.first_at = now
+            stats.requests += 1
+            stats.last_at = now
+            stats.per_second[topic][int(now)] += 1
+            sent = _header(head, stats.latency_header)
+            if sent is not None:
+                stats.latencies[topic].append(now - float(sent))
+            stats.note(head, now, path[3:], 200)
+            transport.write(_OK)
+        elif path.startswith(b"/slow/"):
+            ms, _, slow = path[6:].split(b"?", 1)[0].partition(b"/")
+            stats.note(head, now, path[6:].partition(b"/")[2], 200)
+            asyncio.get_running_loop().call_later(int(ms) / 1000, self._slow, slow.decode())
+        elif path.startswith((b"/fail/", b"/busy/")):
+            self._flaky(head, now, path)
+        elif path.startswith(b"/hang/"):
+            stats.hung += 1
+            stats.note(head, now, path[6:], 0)
+            self._hung = True
+            return False
+        elif path.startswith(b"/_log"):
+            start = path.partition(b"from=")[2]
+            self._json(stats.log_from(int(start) if start.isdigit() else 0))
+        elif path.startswith(b"/_stats"):
+            self._json(stats.to_dict())
+        elif path.startswith(b"/_reset"):
+            stats.reset()
+            self._json({"reset": True})
+        else:
+            stats.other += 1
+            transport.write(_OK)
+        return True
+
+    def _flaky(self, head: bytes, now: float, path: bytes) -> None:
+        """``/fail/<n>/<topic>`` or ``/busy/<n>/<topic>``: fail an id's first ``n`` requests."""
+        kind, count, rest = path[1:].split(b"/", 2)
+        webhook_id = _header(head, b"\r\nwebhook-id:") or b""
+        attempts = self._stats.attempts
+        attempts[webhook_id] += 1
+        status, answer = (200, _OK)
+        if attempts[webhook_id] <= (int(count) if count.isdigit() else 0):
+            status, answer = _FAILED[kind]
+        self._stats.note(head, now, rest, status)
+        assert self._transport is not None
+        self._transport.write(answer)
+
+    def _slow(self, topic: str) -> None:
+        if self._transport is None or self._transport.is_closing():
+            return  # the client gave up first
+        stats = self._stats
+        stats.slow += 1
+        stats.per_second[topic][int(time.time())] += 1
+        self._transport.write(_OK)
+
+    def _json(self, value: Any) -> None:
+        body = json.dumps(value, separators=(",", ":")).encode()
+        head = (
+            b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+            % len(body)
+        )
+        assert self._transport is not None
+        self._transport.write(head + body)
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _close(self) -> None:
+        if self._transport is not None:
+            self._transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._transport = None
+        if self._hung and self._sink is not None:
+            self._sink.gave_up(self)
+
+    # ------------------------------------------------------------------ for Sink
+
+    def hold(self) -> None:
+        """Leave the current request unanswered (and ignore the connection) until resumed."""
+        self._hung = True
+
+    def resume(self) -> None:
+        self._hung = False
+
+    def answer(
+        self,
+        status: int,
+        retry_after: str | None = None,
+        headers: Mapping[str, str] | None = None,
+        body: bytes = b"",
+    ) -> None:
+        """Answer the current request (if still connected): ``status``, ``Retry-After``, other
+        ``headers`` and ``body``."""
+        if status == 200 and retry_after is None and not headers and not body:
+            self._write(_OK)
+            return
+        reason = http.HTTPStatus(status).phrase if status in _STATUSES else "Status"
+        lines = [f"HTTP/1.1 {status} {reason}"]
+        lines += [f"Retry-After: {retry_after}"] if retry_after is not None else []
+        lines += [f"{k}: {v}" for k, v in (headers or {}).items()]
+        lines += [f"Content-Length: {len(body)}", "", ""]
+        self._write("\r\n".join(lines).encode("latin-1") + body)
+
+
+def _header(head: bytes, name: bytes) -> bytes | None:
+    """The value of header ``name`` (given lower-case as ``b"\\r\\nname:"``), or None."""
+    at = head.lower().find(name)
+    if at < 0:
+        return None
+    start = at + len(name)
+    end = head.find(b"\r\n", start)
+    return (head[start:] if end < 0 else head[start:end]).strip()
+
+
+def _content_length(head: bytes) -> int:
+    value = _header(head, b"\r\ncontent-length:")
+    return int(value) if value else 0
+
+
+# ------------------------------------------------------------------ on the caller's loop
+
+
+@dataclass
+class Behaviour:
+    """How a :class:`Sink` answers one topic: in this order, hang until released (or the client
+    gives up), wait ``delay_s`` (plus up to ``jitter_s``: requests overtake each other), answer
+    ``500`` to the first ``fail_first`` requests, else ``status`` (with ``Retry-After``, other
+    ``headers`` and ``body``)."""
+
+    status: int = 200
+    retry_after: str | None = None
+    delay_s: float = 0.0
+    hang: bool = False
+    fail_first: int = 0
+    jitter_s: float = 0.0
+    headers: dict[str, str] = field(default_factory=dict)
+    body: bytes = b""
+
+
+@dataclass
+class Delivery:
+    """A request a :class:`Sink` answered 2xx: its topic, ``webhook-id``, when, what."""
+
+    topic: str
+    job_id: str
+    at: float
+    headers: dict[str, str]
+    body: bytes
+
+
+class Sink:
+    """The sink on this event loop (tests, ``emq demo``): ``/t/<topic>`` is answered as
+    ``behaviour[topic]`` says and, when 2xx, recorded in ``deliveries`` (unless
+    ``keep_deliveries`` is off) and counted in ``stats`` like the process's (per second,
+    latency). The path-steered endpoints (``/hang/``, ``/slow/``...) work here too.
+
+    ``attempts`` counts requests per ``webhook-id``; ``first_attempt_at`` is when each id was
+    first taken on (after a hang); ``hanging_now``/``max_hanging`` count held requests.
+    Subclasses may override :meth:`on_arrival` to look at each request's connection.
+    """
+
+    def __init__(
+        self,
+        *,
+        record: bool = False,
+        keep_deliveries: bool = True,
+        latency_header: str = "X-Bench-Sent",
+    ) -> None:
+        self.stats = Stats(record, latency_header)
+        self.keep_deliveries = keep_deliveries
+        self.deliveries: list[Delivery] = []
+        self.attempts: Counter[str] = Counter()
+        self.first_attempt_at: dict[str, float] = {}
+        self.behaviour: defaultdict[str, Behaviour] = defaultdict(Behaviour)
+        self.hanging_now = 0
+        self.max_hanging = 0
+        self.base = ""
+        self.port = 0
+        self._held: dict[SinkProtocol, Callable[[], None]] = {}
+
+    @contextlib.asynccontextmanager
+    async def serving(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[Sink]:
+        """Listen on ``host:port`` (0: a free port) until the block ends; held requests are
+        released (answered) before the server closes."""
+        loop = asyncio.get_running_loop()
+        server = await loop.create_server(
+            lambda: SinkProtocol(self.stats, self), host, port, backlog=4096
+        )
+        self.port = server.sockets[0].getsockname()[1]
+        self.base = f"http://{host}:{self.port}"
+        try:
+            yield self
+        finally:
+            self.release_hung()
+            server.close()
+            await server.wait_closed()
+
+    def url(self, topic: str) -> str:
+        return f"{self.base}/t/{topic}"
+
+    def of(self, topic: str) -> list[Delivery]:
+        return [d for d in self.deliveries if d.topic == topic]
+
+    def per_second(self, topic: str) -> dict[int, int]:
+        """Deliveries of ``topic`` per wall-clock second (when answered)."""
+        return dict(Counter(int(d.at) for d in self.of(topic)))
+
+    async def wait_for(self, predicate: Callable[[], object], timeout_s: float) -> bool:
+        """Poll ``predicate`` until true or ``timeout_s``; its last value."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if predicate():
+                return True
+            await asyncio.sleep(0.05)
+        return bool(predicate())
+
+    def release_hung(self) -> None:
+        """Answer every held request as its topic's behaviour says (without the hang)."""
+        held, self._held = self._held, {}
+        for connection, go_on in held.items():
+            self.hanging_now -= 1
+            connection.resume()
+            go_on()
+
+    # ------------------------------------------------------------------ called by SinkProtocol
+
+    def on_arrival(self, connection: SinkProtocol, topic: str) -> None:
+        """Each request to ``/t/<topic>``, at arrival (before any hang or delay)."""
+
+    def arrived(
+        self, connection: SinkProtocol, topic: str, head: bytes, body: bytes, now: float
+    ) -> None:
+        headers = _headers(head)
+        job_id = _get(headers, "webhook-id")
+        self.attempts[job_id] += 1
+        self.on_arrival(connection, topic)
+        b = self.behaviour[topic]
+
+        def go_on() -> None:
+            self._take(connection, topic, job_id, headers, body, b)
+
+        if b.hang:
+            connection.hold()
+            self._held[connection] = go_on
+            self.hanging_now += 1
+            self.max_hanging = max(self.max_hanging, self.hanging_now)
+            return
+        go_on()
+
+    def gave_up(self, connection: SinkProtocol) -> None:
+        """A held request's client closed the connection."""
+        if self._held.pop(connection, None) is not None:
+            self.hanging_now -= 1
+
+    def _take(
+        self,
+        connection: SinkProtocol,
+        topic: str,
+        job_id: str,
+        headers: dict[str, str],
+        body: bytes,
+        b: Behaviour,
+    ) -> None:
+        self.first_attempt_at.setdefault(job_id, time.time())
+        delay = b.delay_s + (random.uniform(0, b.jitter_s) if b.jitter_s else 0.0)
+        if delay > 0:
+            loop = asyncio.get_running_loop()
+            loop.call_later(delay, self._answer, connection, topic, job_id, headers, body, b)
+        else:
+            self._answer(connection, topic, job_id, headers, body, b)
+
+    def _answer(
+        self,
+        connection: SinkProtocol,
+        topic: str,
+        job_id: str,
+        headers: dict[str, str],
+        body: bytes,
+        b: Behaviour,
+    ) -> None:
+        if not connection.open:
+            return  # the client gave up first: not delivered
+        if b.fail_first > 0:
+            b.fail_first -= 1
+            connection.answer(500)
+            return
+        if 200 <= b.status < 300:
+            now = time.time()
+            if self.keep_deliveries:
+                self.deliveries.append(Delivery(topic, job_id, now, headers, body))
+            self._count(topic, headers, now)
+        connection.answer(b.status, b.retry_after, b.headers, b.body)
+
+    def _count(self, topic: str, headers: dict[str, str], now: float) -> None:
+        stats = self.stats
+        if not stats.requests:
+            stats.first_at = now
+        stats.requests += 1
+        stats.last_at = now
+        stats.per_second[topic][int(now)] += 1
+        sent = _get(headers, stats.latency_header[2:-1].decode())
+        if sent:
+            stats.latencies[topic].append(now - float(sent))
+
+
+def _headers(head: bytes) -> dict[str, str]:
+    """The request's headers, names as sent (like ``dict(aiohttp_request.headers)``)."""
+    out: dict[str, str] = {}
+    for line in head.decode("latin-1").split("\r\n")[1:]:
+        name, _, value = line.partition(":")
+        if name:
+            out[name.strip()] = value.strip()
+    return out
+
+
+def _get(headers: dict[str, str], name: str) -> str:
+    """A header's value by its name in any case ("" if absent)."""
+    value = headers.get(name)
+    if value is not None:
+        return value
+    lower = name.lower()
+    return next((v for k, v in headers.items() if k.lower() == lower), "")
+
+
+async def serve(host: str, port: int, record: bool = False) -> None:
+    loop = asyncio.get_running_loop()
+    stats = Stats(record)
+    stop = asyncio.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    server = await loop.create_server(
+        lambda: SinkProtocol(stats), host, port, backlog=4096, reuse_address=True
+    )
+    print(f"sink listening on {host}:{port}", flush=True)
+    await stop.wait()
+    server.close()  # hung connections are not waited for: the process ends
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(prog="python -m emq.rigs.sink", description=__doc__)
+    p.add_argument("--host", default="127.0.0.1", help="listen address (loopback)")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--record", action="store_true", help="keep a per-request delivery log")
+    a = p.parse_args()
+    raise_fd_limit(0)  # W6b holds thousands of connections open
+    uvloop.run(serve(a.host, a.port, a.record))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,93 @@
+"""The shared rigs (:mod:`emq.rigs`): the in-process sink answers each topic as its behaviour
+says and records what it answered 2xx; the process harness starts, checks and stops a child."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import sys
+import time
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from emq.core.errors import EmqError
+from emq.rigs.procs import Proc, SinkProcess, stop_all
+from emq.rigs.sink import Sink
+from emq.stack import free_port
+
+
+async def _post(session: aiohttp.ClientSession, url: str, job_id: str) -> tuple[int, str | None]:
+    headers = {"webhook-id": job_id, "X-Bench-Sent": f"{time.time():.6f}", "X-Trace": "t1"}
+    async with session.post(url, data=b'{"n":1}', headers=headers) as r:
+        await r.read()
+        return r.status, r.headers.get("Retry-After")
+
+
+async def test_the_sink_answers_each_topic_as_told_and_records_deliveries() -> None:
+    async with Sink().serving() as sink, aiohttp.ClientSession() as session:
+        sink.behaviour["busy"].status = 503
+        sink.behaviour["busy"].retry_after = "7"
+        sink.behaviour["flaky"].fail_first = 2
+        sink.behaviour["slow"].delay_s = 0.2
+        assert await _post(session, sink.url("ok"), "a") == (200, None)
+        assert await _post(session, sink.url("busy"), "b") == (503, "7")
+        assert [(await _post(session, sink.url("flaky"), "c"))[0] for _ in range(3)] == [
+            500,
+            500,
+            200,
+        ]
+        started = time.monotonic()
+        assert await _post(session, sink.url("slow"), "d") == (200, None)
+        assert time.monotonic() - started >= 0.2
+    assert [d.topic for d in sink.deliveries] == ["ok", "flaky", "slow"]
+    first = sink.of("ok")[0]
+    assert (first.job_id, first.body, first.headers["X-Trace"]) == ("a", b'{"n":1}', "t1")
+    assert sink.attempts == {"a": 1, "b": 1, "c": 3, "d": 1}
+    assert sum(sink.per_second("flaky").values()) == 1
+    assert sink.stats.requests == 3 and len(sink.stats.latencies["slow"]) == 1
+
+
+async def test_a_hung_request_is_held_until_the_client_gives_up_or_the_sink_ends() -> None:
+    async with Sink().serving() as sink, aiohttp.ClientSession() as session:
+        sink.behaviour["stuck"].hang = True
+        gives_up = aiohttp.ClientTimeout(total=0.3)
+        with pytest.raises(asyncio.TimeoutError):
+            await session.post(sink.url("stuck"), data=b"{}", timeout=gives_up)
+        assert await sink.wait_for(lambda: sink.hanging_now == 0, 5)
+        waiting = asyncio.create_task(_post(session, sink.url("stuck"), "held"))
+        assert await sink.wait_for(lambda: sink.hanging_now == 1, 5)
+        assert sink.max_hanging == 1 and not waiting.done()
+        sink.release_hung()  # what the end of serving() does too
+        assert await waiting == (200, None)
+    assert [d.job_id for d in sink.deliveries] == ["held"]
+
+
+async def test_the_sink_process_starts_counts_and_stops(tmp_path: Path) -> None:
+    async with (
+        SinkProcess.running(free_port(), tmp_path / "sink.log") as sink,
+        aiohttp.ClientSession() as session,
+    ):
+        assert await _post(session, f"{sink.base}/t/a", "x") == (200, None)
+        stats = await sink.get("/_stats")
+        assert stats["requests"] == 1 and list(stats["per_second"]) == ["a"]
+        pid = sink.pid
+    assert not sink.proc.alive and pid > 0
+
+
+def test_a_proc_is_started_checked_and_stopped(tmp_path: Path) -> None:
+    served = Proc(
+        "server", ["--bind", "127.0.0.1", "0"], None, tmp_path / "s.log", module="http.server"
+    )
+    quick = Proc("quick", ["--help"], None, tmp_path / "q.log", module="json.tool")
+    assert quick.wait(30) == 0 and "usage" in quick.log()
+    assert served.alive
+    served.check()  # still running: no error
+    stop_all([served, quick], timeout_s=10)
+    assert served.proc is not None and served.proc.returncode == -signal.SIGTERM
+    failed = Proc("bad", ["--no-such-flag"], None, tmp_path / "b.log", module="json.tool")
+    failed.wait(30)
+    with pytest.raises(EmqError, match="bad exited with 2"):
+        failed.check()
+    assert sys.executable in failed.argv
