@@ -40,6 +40,9 @@ def test_the_walkthroughs_have_shell_blocks() -> None:
     assert any("emq plan run" in b for b in blocks)
 
 
+# The walk-throughs start a stack, the API, a worker and a Spark job: about a minute alone,
+# more beside other tests; the script's own timeout (600 s) is the bound, not pytest's 120 s.
+@pytest.mark.timeout(600)
 def test_the_walkthroughs_run_as_written(tmp_path: Path) -> None:
     (tmp_path / ".venv").symlink_to(ROOT / ".venv")
     script = "set -euo pipefail\n" + "\n".join(walkthrough_blocks())
