@@ -17,6 +17,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from emq.client import Client
 from emq.stack import free_port
 from tests.api.conftest import Api, api  # noqa: F401  (the live API fixture)
