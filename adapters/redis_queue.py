@@ -433,7 +433,7 @@ class RedisQueueBackend(QueueBackend):
 
     def _put_script(self, item: PutItem, stream: str) -> Command:
         group = item.queue.group
-        keys = [stream, self._keys.delayed(group)]
+        keys = [stream, self._keys.delayed(group), self._keys.job_due(group)]
         if item.idempotency_key is not None:
             keys.append(self._keys.idempotency(group, item.idempotency_key))
         due = "" if item.due_ms is None else str(int(item.due_ms))
@@ -480,7 +480,7 @@ class RedisQueueBackend(QueueBackend):
     async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
         if limit <= 0:
             return 0
-        keys = (self._keys.delayed(group), *self._group_streams(group))
+        keys = (self._keys.delayed(group), *self._group_streams(group), self._keys.job_due(group))
         moved = await self._call(self._eval(self._promote, keys, (now_ms, limit)), "promote_due")
         if moved:
             log.debug("promoted %d due jobs of %s", moved, group)

@@ -84,6 +84,8 @@ _STOPPED = frozenset({Lifecycle.RELEASING, Lifecycle.RELEASED, Lifecycle.DROPPED
 _GONE = frozenset({Lifecycle.RELEASED, Lifecycle.DROPPED})
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+# Enqueue to delivery: seconds to hours (a backlog drains at the quota).
+E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
 class Buffered:
@@ -142,6 +144,27 @@ class Buffered:
             return None
         self.key = key if isinstance(key, str) else None
         return self.key
+
+    def job_id(self) -> str:
+        """Its job's id ('' for an unreadable entry)."""
+        try:
+            return str(self._json()["id"])
+        except Exception:
+            return ""
+
+    def attempt(self) -> int:
+        """Failed attempts before this one (0 for an unreadable entry)."""
+        try:
+            return int(self._json().get("a", 0))
+        except Exception:
+            return 0
+
+    def enqueued_ms(self) -> int | None:
+        """When its job was accepted (epoch ms; None for an unreadable entry)."""
+        try:
+            return int(self._json()["t"])
+        except Exception:
+            return None
 
     @property
     def delivery(self) -> Delivery:
@@ -209,10 +232,13 @@ class TopicState:
 
     __slots__ = (
         "cut",
+        "e2e",
+        "e2e_sum_s",
         "endpoint",
         "groups",
         "in_flight",
         "metrics_version",
+        "push_sum_s",
         "slow_at",
         "stats",
         "topic",
@@ -227,6 +253,16 @@ class TopicState:
         self.cut = 0  # endpoint slots withheld after pushes that timed out (senders.py)
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
+        # For /metrics (cumulative, read at scrape time): successful pushes' total duration;
+        # enqueue-to-delivery latency per E2E_BUCKETS_S bucket (last: over) and its total.
+        self.push_sum_s = 0.0
+        self.e2e = [0] * (len(E2E_BUCKETS_S) + 1)
+        self.e2e_sum_s = 0.0
+
+    def delivered_after(self, latency_s: float) -> None:
+        """Count one delivery ``latency_s`` after its job was accepted."""
+        self.e2e[bisect_left(E2E_BUCKETS_S, latency_s)] += 1
+        self.e2e_sum_s += latency_s
 
     @property
     def ref(self) -> TopicRef:

@@ -43,11 +43,13 @@ from emq.core.interfaces import (
     PushResult,
     QueueBackend,
 )
+from emq.core.jobs import JobStore
 from emq.core.model import GroupRef, Namespace, QueueRef, Topic, TopicRef
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
+from worker.joblog import JobLog
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
@@ -87,6 +89,7 @@ class Worker:
         pusher: Pusher,
         history: HistoryStore | None = None,
         max_group_qps: int = 150,
+        jobs: JobStore | None = None,
     ) -> None:
         self.id = worker_id
         self.namespace = namespace
@@ -102,7 +105,13 @@ class Worker:
         self.outage = Outage()  # every loop that touches Redis pauses through it, none dies
         self.dispatcher = Dispatcher(self._send, settings.tick_s)
         self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs, self.outage)
-        self.outcomes = Outcomes(queues, self._finish, self._drop, outage=self.outage)
+        # Per-topic histograms and gauges, the buffer bytes and fetches: read at scrape time.
+        fetcher = self.fetcher
+        self.metrics.watch(self.topics, lambda: fetcher.budget.used, lambda: fetcher.reads)
+        self.joblog = JobLog(jobs, worker_id)  # job outcomes and group snapshots (job status)
+        self.outcomes = Outcomes(
+            queues, self._finish, self._drop, outage=self.outage, joblog=self.joblog
+        )
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )
@@ -154,6 +163,7 @@ class Worker:
         self._start("dlq-trim", self._trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
+        self._start("snapshots", self.joblog.run(self.groups))
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -562,6 +572,7 @@ class Worker:
         """Write the committable offset of every queue that moved (one round trip)."""
         groups = {g for g in self._dirty if not g.dropped}
         self._dirty = set()
+        await self.joblog.flush()  # before the checkpoint passes the jobs they describe
         await self._write_checkpoints(list(groups))
 
     async def _write_checkpoints(self, groups: list[GroupState]) -> None:

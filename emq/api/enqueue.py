@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from emq.core.errors import BacklogFull, InvalidInput
 from emq.core.interfaces import ConfigStore, PutItem, QueueBackend
+from emq.core.jobs import placed_job_id
 from emq.core.model import (
     PRIORITIES,
     Envelope,
@@ -29,7 +30,6 @@ from emq.core.model import (
     JobLimits,
     Topic,
     TopicRef,
-    new_job_id,
 )
 
 
@@ -147,7 +147,7 @@ class Enqueuer:
         items = []
         for job in jobs:
             group = GroupRef(topic.ref, self._group_index(job, topic.groups, spread))
-            job_id = new_job_id(now_ms)
+            job_id = placed_job_id(now_ms, group.index, job.priority)  # findable by its id
             items.append(
                 PutItem(
                     queue=group.queue(job.priority),

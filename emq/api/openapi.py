@@ -26,6 +26,50 @@ _DLQ_SETTINGS: dict[str, Any] = {
 }
 
 
+_JOB_ID = {"type": "string", "pattern": "^msg_[0-9a-z]{26}$"}
+_REASON = {
+    "type": ["object", "null"],
+    "required": ["code", "detail"],
+    "properties": {
+        "code": {
+            "enum": [
+                "quota",
+                "endpoint_concurrency",
+                "retry_after",
+                "backoff",
+                "paused",
+                "no_owner",
+                "worker_backlog",
+                "dead",
+            ]
+        },
+        "detail": {"type": "string"},
+        "until": {"type": "string", "format": "date-time"},
+    },
+}
+_JOB_STATUS = {
+    "type": "object",
+    "required": ["id", "topic", "state", "reason"],
+    "properties": {
+        "id": _JOB_ID,
+        "topic": {"type": "string"},
+        "state": {
+            "enum": [
+                "delayed",
+                "queued",
+                "buffered",
+                "in_flight",
+                "retry_wait",
+                "delivered",
+                "dead",
+            ]
+        },
+        "reason": _REASON,
+    },
+    "additionalProperties": True,
+}
+
+
 def _ref(name: str) -> dict[str, str]:
     return {"$ref": f"#/components/schemas/{name}"}
 
@@ -300,6 +344,14 @@ def _paths() -> dict[str, Any]:
                 ),
                 "responses": _answer(202, "accepted", _ref("Accepted"))
                 | _errors(400, 401, 408, 404, 413, 422, 429, 503),
+            },
+        },
+        topic + "/jobs/{id}": {
+            "parameters": [*tp, {"name": "id", "in": "path", "required": True, "schema": _JOB_ID}],
+            "get": {
+                "summary": "One job's state and, while it waits, the reason (README, Job status)",
+                "responses": _answer(200, "the job's status", _JOB_STATUS)
+                | _errors(401, 403, 404, 422, 503),
             },
         },
         topic + "/dlq": {

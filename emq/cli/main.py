@@ -23,6 +23,7 @@ from emq.api.app import ApiSettings
 from emq.cli.capacity import add_commands as add_capacity_commands
 from emq.cli.commands import add_commands
 from emq.cli.fleet import add_fleet_commands
+from emq.cli.jobs import add_job_commands
 from emq.cli.zk import add_zk_commands
 from emq.core.errors import EmqError
 from emq.core.settings import Settings, load, read_toml, unknown_env
@@ -121,7 +122,7 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
-    from emq.compose import open_config, open_fleet, open_history, open_queues
+    from emq.compose import open_config, open_fleet, open_history, open_jobs, open_queues
     from emq.core.interfaces import AssignmentSource
     from worker.main import default_worker_id, run_worker
     from worker.standalone import StandaloneAssignment
@@ -133,6 +134,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         queues = await open_queues(settings)
         config = await open_config(settings)
         history = open_history(settings)
+        jobs = open_jobs(settings)
         assignment: AssignmentSource | None = None
         try:
             assignment = (
@@ -150,10 +152,12 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 history=history,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
+                jobs=jobs,
             )
         finally:
             if assignment is not None:  # a fleet member leaves only once it released its groups
                 await assignment.aclose()
+            await jobs.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()
@@ -366,6 +370,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_capacity_commands(sub)
     add_fleet_commands(sub)
     add_zk_commands(sub)
+    add_job_commands(sub)
     return parser
 
 

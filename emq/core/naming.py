@@ -86,6 +86,18 @@ class RedisKeys:
         """Dead-lettered jobs of the group."""
         return self._group_key(group, "dlq")
 
+    def job_due(self, group: GroupRef) -> str:
+        """Hash job id -> due time of the group's jobs parked with ``delay_s`` (status lookup)."""
+        return self._group_key(group, "jobdue")
+
+    def job_records(self, group: GroupRef, bucket: int) -> str:
+        """Hash job id -> its latest outcome, for one retention bucket (expires with it)."""
+        return self._group_key(group, "jobs", str(bucket))
+
+    def group_snapshot(self, group: GroupRef) -> str:
+        """What the group's owner last said it waits for (expires within seconds)."""
+        return self._group_key(group, "snap")
+
     def idempotency(self, group: GroupRef, idempotency_key: str) -> str:
         """Marks an idempotency key as seen (kept for the de-duplication window)."""
         return self._group_key(group, "idem", escape(idempotency_key))

@@ -119,6 +119,8 @@ class Settings:
     durability_replicas: int = field(default=1, metadata=_check(_positive))  # replica: WAIT n
     durability_timeout_ms: int = field(default=1000, metadata=_check(_positive))  # replica: WAIT t
     log_level: str = field(default="INFO", metadata=_check(_log_level))
+    # How long a job's outcome (delivered, retry, dead) stays readable by its id (0: not kept).
+    job_record_ttl_s: int = field(default=600, metadata=_check(_not_negative))
 
     def __post_init__(self) -> None:
         if self.zk_previous_auth and not self.zk_auth:
