@@ -11,10 +11,11 @@ Keys (all of a group's carry its hash tag, so the lookup is one script on one Cl
 * ``job_due(group)``: hash job id -> due time of a job parked with ``delay_s`` (written by the
   queue's PUT script, removed by its promotion).
 
-The lookup (:data:`FIND`) reads the records, the due time and the snapshot, then looks for the
-job's entry in its queue from the time its id carries (or its last retry's due time): a bounded
-XRANGE walk over the entries appended in that window (forward first: a job is appended right
-after its id is made), never a scan of the queue. Jobs ahead of it are counted exactly up to
+The lookup (:data:`FIND`) reads the records, the due time and the snapshot, then (unless the job
+is parked or finished for good) looks for the job's entry in its queue from the time its id
+carries (or its last retry's due time): an XRANGE walk over the entries appended since then
+(forward first: a job is appended right after its id is made), at most :data:`SCAN_CAP`
+entries, never a scan of the whole queue. Jobs ahead of it are counted exactly up to
 :data:`AHEAD_CAP` entries of its own queue plus the backlog of the higher priorities.
 """
 
@@ -37,7 +38,7 @@ _UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 SNAPSHOT_TTL_MS = 5_000  # a snapshot older than this is gone: the owner stopped talking
 AHEAD_CAP = 10_000  # entries counted one by one in the job's own queue; beyond, an estimate
-SCAN_CAP = 200_000  # entries the search may walk (a burst of this many in the window: not found)
+SCAN_CAP = 50_000  # entries a lookup may walk (a job behind more, in its window: not found)
 BEFORE_MS = 2_000  # clock skew allowed between the API that made the id and Redis
 
 # KEYS: stream, checkpoint, job_due, snapshot, records (this bucket), records (the one before),
@@ -53,10 +54,18 @@ local due = redis.call('HGET', KEYS[3], id) or false
 local snap = redis.call('GET', KEYS[4]) or false
 local committed = redis.call('HGET', KEYS[2], 'o') or false
 local since = tonumber(ARGV[2])
+local final = false  -- delivered or dead, and no later retry: nothing to look for in the queue
+local latest = -1
 for _, r in ipairs({r1, r2}) do
   if r then
     local ok, rec = pcall(cjson.decode, r)
-    if ok and rec['next'] and tonumber(rec['next']) > since then since = tonumber(rec['next']) end
+    if ok then
+      if rec['next'] and tonumber(rec['next']) > since then since = tonumber(rec['next']) end
+      if tonumber(rec['at']) >= latest then
+        latest = tonumber(rec['at'])
+        final = rec['s'] == 'delivered' or rec['s'] == 'dead'
+      end
+    end
   end
 end
 local budget = tonumber(ARGV[5])
@@ -78,7 +87,7 @@ local function search(from, to, reverse)
   return false
 end
 local offset = false
-if redis.call('EXISTS', KEYS[1]) == 1 then
+if not due and not final and redis.call('EXISTS', KEYS[1]) == 1 then
   offset = search(string.format('%d', since), '+', false)
   if not offset then
     local lo = string.format('%d', since - tonumber(ARGV[3]))

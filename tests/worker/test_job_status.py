@@ -18,6 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -29,6 +30,7 @@ from emq.core.jobs import placed_job_id
 from emq.core.model import Priority, Tenant, Topic, TopicRef
 from tests.worker.conftest import SECRET, Sink, Stack, fast_retry
 
+Http = TestClient[web.Request, web.Application]
 ADMIN = {"Authorization": "Bearer test-admin-token"}
 OTHER = {"Authorization": "Bearer other.tenant-token"}
 
@@ -38,7 +40,7 @@ def jobs(sink: Sink, topic: str, n: int, **extra: Any) -> list[dict[str, Any]]:
 
 
 @pytest.fixture
-async def api(stack: Stack) -> AsyncIterator[TestClient]:
+async def api(stack: Stack) -> AsyncIterator[Http]:
     store = open_jobs(stack.settings)
     app = make_app(stack.settings, ApiSettings(), stack.config, stack.queues, jobs=store)
     client = TestClient(TestServer(app))
@@ -50,7 +52,7 @@ async def api(stack: Stack) -> AsyncIterator[TestClient]:
     await store.aclose()
 
 
-def status_of(api: TestClient, topic: str) -> Callable[..., Awaitable[dict[str, Any]]]:
+def status_of(api: Http, topic: str) -> Callable[..., Awaitable[dict[str, Any]]]:
     async def get(job_id: str, expect: int = 200, headers: dict[str, str] = ADMIN) -> Any:
         r = await api.get(f"/v1/tenants/acme/topics/{topic}/jobs/{job_id}", headers=headers)
         assert r.status == expect, await r.text()
@@ -79,7 +81,7 @@ async def _tick() -> None:
     await asyncio.sleep(0.1)  # between polls of a condition, not a synchronisation
 
 
-async def test_waiting_jobs_without_a_worker(stack: Stack, sink: Sink, api: TestClient) -> None:
+async def test_waiting_jobs_without_a_worker(stack: Stack, sink: Sink, api: Http) -> None:
     await stack.topic("w", 10)  # one group at 10/s
     get = status_of(api, "w")
     await stack.enqueue("w", jobs(sink, "w", 2, priority="high"))
@@ -111,7 +113,7 @@ async def test_waiting_jobs_without_a_worker(stack: Stack, sink: Sink, api: Test
 
 
 async def test_unknown_ids_and_other_tenants_learn_nothing(
-    stack: Stack, sink: Sink, api: TestClient
+    stack: Stack, sink: Sink, api: Http
 ) -> None:
     await stack.topic("w", 10)
     get = status_of(api, "w")
@@ -132,7 +134,7 @@ async def test_unknown_ids_and_other_tenants_learn_nothing(
 
 
 async def test_jobs_followed_through_a_real_worker_and_its_metrics(
-    stack: Stack, sink: Sink, api: TestClient, worker_process: Any
+    stack: Stack, sink: Sink, api: Http, worker_process: Any
 ) -> None:
     await stack.topic("ok", 20)
     await stack.topic("fail", 20, retry=fast_retry(attempts=3, base_s=60))
