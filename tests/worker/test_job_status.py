@@ -10,8 +10,12 @@ and after real deliveries.
 from __future__ import annotations
 
 import asyncio
+import json
+import os
 import socket
+import sys
 import time
+from asyncio.subprocess import PIPE
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import datetime
 from typing import Any
@@ -97,6 +101,11 @@ async def test_waiting_jobs_without_a_worker(stack: Stack, sink: Sink, api: Http
     body = await get(delayed)
     assert body["state"] == "delayed" and body["reason"] is None
     assert 55 < _epoch(body["until"]) - time.time() <= 60
+
+    out = await _emq(api, "job", "show", delayed, "--tenant", "acme", "--topic", "w", "--json")
+    assert json.loads(out) == body
+    out = await _emq(api, "job", "show", mediums[2], "--tenant", "acme", "--topic", "w")
+    assert out.splitlines()[0] == f"{mediums[2]}  queued" and "position: 4" in out
 
     await stack.update("w", paused=True)
     body = await get(mediums[0])
@@ -210,6 +219,20 @@ async def test_jobs_followed_through_a_real_worker_and_its_metrics(
     assert _value(families, "emq_topic_oldest_job_age_seconds", topic="slow") > 0
     assert _value(families, "emq_topic_paused", topic="slow") == 0
     assert worker.proc is not None and worker.proc.poll() is None
+
+
+async def _emq(api: Http, *args: str) -> str:
+    """Run the ``emq`` CLI against the test's API (the loop keeps serving it meanwhile)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
+        "EMQ_API_URL": str(api.make_url("")).rstrip("/"),
+        "EMQ_ADMIN_TOKEN": "test-admin-token",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "emq", *args, env=env, stdout=PIPE, stderr=PIPE
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()
+    return out.decode()
 
 
 def _epoch(iso: str) -> float:
