@@ -159,12 +159,14 @@ class Buffered:
         except Exception:
             return 0
 
-    def enqueued_ms(self) -> int | None:
-        """When its job was accepted (epoch ms; None for an unreadable entry)."""
+    def accepted(self) -> tuple[str, int | None, int]:
+        """(job id, when it was accepted in epoch ms, failed attempts before this one), read
+        at once for a delivery; ('', None, 0) for an unreadable entry."""
         try:
-            return int(self._json()["t"])
+            d = self._json()
+            return d["id"], d["t"], d.get("a", 0)
         except Exception:
-            return None
+            return "", None, 0
 
     @property
     def delivery(self) -> Delivery:

@@ -31,7 +31,7 @@ _Pending = tuple[GroupRef, str, str, int, int, int | None, str | None, int | Non
 class JobLog:
     def __init__(self, store: JobStore | None, worker_id: str) -> None:
         self._store = store
-        self.enabled = store is not None and getattr(store, "ttl_s", 1) > 0
+        self.enabled = store is not None and store.ttl_s > 0
         self._worker = worker_id
         self._pending: list[_Pending] = []
         self.dropped = 0
@@ -46,22 +46,11 @@ class JobLog:
             self.dropped += 1
 
     def delivered(
-        self, group: GroupState, item: Buffered, now_ms: int, status: int, latency_ms: int
+        self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
     ) -> None:
         if self.enabled:
             self._add(
-                (
-                    group.ref,
-                    item.job_id(),
-                    "delivered",
-                    now_ms,
-                    item.attempt() + 1,
-                    status,
-                    None,
-                    latency_ms,
-                    None,
-                    False,
-                )
+                (group.ref, job_id, "delivered", now_ms, attempts, status, None, ms, None, False)
             )
 
     def retry(

@@ -73,10 +73,10 @@ class Outcomes:
         stats.latency.add(result.elapsed_s * 1000)
         state.push_sum_s += result.elapsed_s
         now_ms = int(time.time() * 1000)
-        enqueued = item.enqueued_ms()
+        job_id, enqueued, attempt = item.accepted()
         latency_ms = now_ms - enqueued if enqueued is not None else 0
         state.delivered_after(latency_ms / 1000)
-        self._joblog.delivered(group, item, now_ms, result.status, latency_ms)
+        self._joblog.delivered(group, job_id, now_ms, attempt + 1, result.status, latency_ms)
         self._finish(group, item)
 
     def failed(self, group: GroupState, item: Buffered, result: PushResult) -> None:

@@ -19,7 +19,7 @@ from typing import Any
 
 from emq.core.errors import NotFound
 from emq.core.interfaces import Offset
-from emq.core.jobs import JobFacts, JobPlace, JobRecord, JobStore, job_place
+from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore, job_place
 from emq.core.model import Topic
 
 SNAPSHOT_FRESH_MS = 3_000  # an owner's snapshot older than this says nothing any more
@@ -147,7 +147,9 @@ def _waiting(topic: Topic, place: JobPlace, facts: JobFacts, now_ms: int) -> dic
     return out
 
 
-def _why(topic: Topic, place: JobPlace, snap: Any, now_ms: int) -> dict[str, Any] | None:
+def _why(
+    topic: Topic, place: JobPlace, snap: GroupSnapshot | None, now_ms: int
+) -> dict[str, Any] | None:
     if topic.paused:
         return _reason("paused", f"topic {topic.ref.topic} is paused")
     if snap is None:

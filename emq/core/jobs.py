@@ -181,6 +181,8 @@ class JobFacts:
 class JobStore(abc.ABC):
     """Job records and group snapshots (written by workers), and the per-job lookup (the API)."""
 
+    ttl_s: int = 600  # how long records stay readable (0: none are kept)
+
     @abc.abstractmethod
     async def record(self, records: Sequence[tuple[GroupRef, JobRecord]]) -> None:
         """Keep ``records`` for the retention; one round trip. Best effort: may raise
