@@ -106,6 +106,14 @@ def _buckets(
     return out
 
 
+def _throttled(state: TopicState, now: float) -> int:
+    """Buffered jobs of the topic's groups whose budget is spent: they wait for the quota only
+    (a group with budget left waits for something else: the endpoint's concurrency, a sender)."""
+    return sum(
+        g.buffered() for g in state.groups.values() if g.buffered() and not g.counter.available(now)
+    )
+
+
 class TopicCollector(Collector):
     """Per-topic histograms and gauges, built from the worker's own counts when scraped."""
 
@@ -130,15 +138,16 @@ class TopicCollector(Collector):
         )
         throttled = GaugeMetricFamily(
             "emq_topic_throttled_jobs",
-            "Jobs fetched by this worker and waiting only for the topic's quota",
+            "Jobs fetched by this worker and waiting only for the quota (their group's is spent)",
             labels=LABELS,
         )
+        now = time.time()
         for ref, state in list(self.topics.items()):
             labels = [ref.namespace.value, ref.tenant, ref.topic]
             counts = state.stats.latency.counts
             push.add_metric(labels, _buckets(LATENCY_BUCKETS_MS, counts, 0.001), state.push_sum_s)
             e2e.add_metric(labels, _buckets(E2E_BUCKETS_S, state.e2e, 1.0), state.e2e_sum_s)
-            throttled.add_metric(labels, sum(g.buffered() for g in state.groups.values()))
+            throttled.add_metric(labels, _throttled(state, now))
         yield push
         yield e2e
         yield throttled
