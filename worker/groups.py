@@ -152,13 +152,6 @@ class Buffered:
         except Exception:
             return ""
 
-    def attempt(self) -> int:
-        """Failed attempts before this one (0 for an unreadable entry)."""
-        try:
-            return int(self._json().get("a", 0))
-        except Exception:
-            return 0
-
     def accepted(self) -> tuple[str, int | None, int]:
         """(job id, when it was accepted in epoch ms, failed attempts before this one), read
         at once for a delivery; ('', None, 0) for an unreadable entry."""

@@ -42,8 +42,9 @@ class JobLog:
         pending = self._pending
         pending.append(entry)
         if len(pending) > MAX_PENDING:
-            del pending[: len(pending) - MAX_PENDING]
-            self.dropped += 1
+            excess = len(pending) - MAX_PENDING
+            del pending[:excess]
+            self.dropped += excess
 
     def delivered(
         self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
