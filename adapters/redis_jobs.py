@@ -1,18 +1,22 @@
 """Job records, group snapshots and the per-job lookup on Redis (:class:`JobStore`).
 
-Keys (all of a group's carry its hash tag, so the lookup is one script on one Cluster slot):
+Keys:
 
-* ``job_records(group, bucket)``: hash job id -> its latest outcome (JSON, see
-  :class:`~emq.core.jobs.JobRecord`). ``bucket`` is ``now // ttl``; the hash expires at the end
-  of the next bucket, so a record stays readable at least ``ttl`` and less than ``2 * ttl``
-  seconds, and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes.
-* ``group_snapshot(group)``: the owner's latest :class:`~emq.core.jobs.GroupSnapshot` (JSON,
-  expiring after :data:`SNAPSHOT_TTL_MS`: a group whose owner stopped talking has none).
+* ``job_records(bucket, shard)``: hash job id -> its latest outcome (JSON, see
+  :class:`~emq.core.jobs.JobRecord`). ``bucket`` is ``now // ttl``; ``shard`` one of
+  :data:`SHARDS` by the job id, so a worker's flush is a few commands however many groups it
+  serves, and a Cluster spreads the records over several nodes. A hash expires at the end of
+  the next bucket: a record stays readable at least ``ttl`` and less than ``2 * ttl`` seconds,
+  and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes.
+* ``group_snapshots()``: hash group -> the owner's latest :class:`~emq.core.jobs.GroupSnapshot`
+  (JSON with its time; one older than a few seconds is ignored). Written once a second in one
+  command with every group that has work; one field per group, so bounded by the groups.
 * ``job_due(group)``: hash job id -> due time of a job parked with ``delay_s`` (written by the
   queue's PUT script, removed by its promotion).
 
-The lookup (:data:`FIND`) reads the records, the due time and the snapshot, then (unless the job
-is parked or finished for good) looks for the job's entry in its queue from the time its id
+A lookup reads the job's records and its group's snapshot (one pipelined round trip), then runs
+:data:`FIND` on its group's keys: the due time, and (unless the job is parked or finished for
+good) looks for the job's entry in its queue from the time its id
 carries (or its last retry's due time): an XRANGE walk over the entries appended since then
 (forward first: a job is appended right after its id is made), at most :data:`SCAN_CAP`
 entries, never a scan of the whole queue. Jobs ahead of it are counted exactly up to
@@ -23,6 +27,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -36,38 +41,21 @@ from emq.core.naming import RedisKeys
 
 _UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
-SNAPSHOT_TTL_MS = 5_000  # a snapshot older than this is gone: the owner stopped talking
+SHARDS = 16  # record hashes per bucket
 AHEAD_CAP = 10_000  # entries counted one by one in the job's own queue; beyond, an estimate
 SCAN_CAP = 50_000  # entries a lookup may walk (a job behind more, in its window: not found)
 BEFORE_MS = 2_000  # clock skew allowed between the API that made the id and Redis
 
-# KEYS: stream, checkpoint, job_due, snapshot, records (this bucket), records (the one before),
-#       then (stream, checkpoint) of each higher priority
-# ARGV: job id, id's ms, before_ms, ahead_cap, scan_cap
-# -> {record, record_before, due, snapshot, committed, offset, ahead, exact}
+# KEYS: stream, checkpoint, job_due, then (stream, checkpoint) of each higher priority
+# ARGV: job id, search from (ms), before_ms, ahead_cap, scan_cap, skip ('1': finished for good)
+# -> {due, committed, offset, ahead, exact}
 FIND = """
 local id = ARGV[1]
 local prefix = '{"id":"' .. id .. '"'
-local r1 = redis.call('HGET', KEYS[5], id) or false
-local r2 = redis.call('HGET', KEYS[6], id) or false
 local due = redis.call('HGET', KEYS[3], id) or false
-local snap = redis.call('GET', KEYS[4]) or false
 local committed = redis.call('HGET', KEYS[2], 'o') or false
 local since = tonumber(ARGV[2])
-local final = false  -- delivered or dead, and no later retry: nothing to look for in the queue
-local latest = -1
-for _, r in ipairs({r1, r2}) do
-  if r then
-    local ok, rec = pcall(cjson.decode, r)
-    if ok then
-      if rec['next'] and tonumber(rec['next']) > since then since = tonumber(rec['next']) end
-      if tonumber(rec['at']) >= latest then
-        latest = tonumber(rec['at'])
-        final = rec['s'] == 'delivered' or rec['s'] == 'dead'
-      end
-    end
-  end
-end
+local final = ARGV[6] == '1'
 local budget = tonumber(ARGV[5])
 local function search(from, to, reverse)
   while budget > 0 do
@@ -101,7 +89,7 @@ if offset then
   local before = redis.call('XRANGE', KEYS[1], from, '(' .. offset, 'COUNT', cap)
   ahead = #before
   if #before >= cap then exact = 0 end
-  for i = 7, #KEYS, 2 do
+  for i = 4, #KEYS, 2 do
     if redis.call('EXISTS', KEYS[i]) == 1 then
       local info = redis.call('XINFO', 'STREAM', KEYS[i])
       for k = 1, #info, 2 do
@@ -113,8 +101,13 @@ if offset then
     end
   end
 end
-return {r1, r2, due, snap, committed, offset, ahead, exact}
+return {due, committed, offset, ahead, exact}
 """
+
+
+def _shard(job_id: str) -> int:
+    """The record shard of a job id (its last characters are random)."""
+    return zlib.crc32(job_id.encode()) % SHARDS
 
 
 def _text(raw: Any) -> str | None:
@@ -169,8 +162,8 @@ class RedisJobStore(JobStore):
         bucket = self._bucket(time.time())
         expire_at = (bucket + 2) * self.ttl_s
         per_key: dict[str, dict[str, str]] = {}
-        for group, record in records:
-            key = self._keys.job_records(group, bucket)
+        for _, record in records:
+            key = self._keys.job_records(bucket, _shard(record.job_id))
             fields = per_key.setdefault(key, {})
             fields[record.job_id] = json.dumps(record.to_dict(), separators=(",", ":"))
         pipe = self._client.pipeline(transaction=False)
@@ -182,35 +175,41 @@ class RedisJobStore(JobStore):
     async def publish(self, snapshots: Sequence[tuple[GroupRef, GroupSnapshot]]) -> None:
         if not snapshots:
             return
+        fields = {
+            str(group): json.dumps(snap.to_dict(), separators=(",", ":"))
+            for group, snap in snapshots
+        }
         pipe = self._client.pipeline(transaction=False)
-        for group, snap in snapshots:
-            text = json.dumps(snap.to_dict(), separators=(",", ":"))
-            pipe.set(self._keys.group_snapshot(group), text, px=SNAPSHOT_TTL_MS)
+        pipe.hset(self._keys.group_snapshots(), mapping=fields)  # type: ignore[arg-type]
         await self._run("group snapshots", pipe)
 
     async def facts(self, group: GroupRef, place: JobPlace, job_id: str) -> JobFacts:
         k = self._keys
         bucket = self._bucket(time.time()) if self.ttl_s > 0 else 0
+        shard = _shard(job_id)
+        pipe = self._client.pipeline(transaction=False)
+        pipe.hget(k.job_records(bucket, shard), job_id)
+        pipe.hget(k.job_records(bucket - 1, shard), job_id)
+        pipe.hget(k.group_snapshots(), str(group))
+        r1, r2, snap = await self._run("job lookup", pipe)
+        record = _latest(r1, r2)
+        since = place.enqueued_ms
+        if record is not None and record.next_ms is not None:
+            since = max(since, record.next_ms)  # a retry is appended again when it is due
+        final = record is not None and record.state in ("delivered", "dead")
         queue = place.queue(group)
-        keys = [
-            k.stream(queue),
-            k.checkpoint(queue),
-            k.job_due(group),
-            k.group_snapshot(group),
-            k.job_records(group, bucket),
-            k.job_records(group, bucket - 1),
-        ]
+        keys = [k.stream(queue), k.checkpoint(queue), k.job_due(group)]
         for p in PRIORITIES[: place.priority.rank]:
             keys += (k.stream(group.queue(p)), k.checkpoint(group.queue(p)))
-        args = (job_id, place.enqueued_ms, BEFORE_MS, AHEAD_CAP, SCAN_CAP)
+        args = (job_id, since, BEFORE_MS, AHEAD_CAP, SCAN_CAP, "1" if final else "0")
         try:
             reply = await self._find(keys=keys, args=args)
         except _UNAVAILABLE as e:
             raise BackendUnavailable(f"redis unavailable during job lookup: {e}") from e
-        r1, r2, due, snap, committed, offset, ahead, exact = reply
+        due, committed, offset, ahead, exact = reply
         snap_text = _text(snap)
         return JobFacts(
-            record=_latest(r1, r2),
+            record=record,
             offset=_text(offset),
             committed=_text(committed),
             ahead=int(ahead),
