@@ -31,6 +31,7 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
+import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
@@ -161,11 +162,11 @@ class RedisJobStore(JobStore):
             return
         bucket = self._bucket(time.time())
         expire_at = (bucket + 2) * self.ttl_s
-        per_key: dict[str, dict[str, str]] = {}
+        per_key: dict[str, dict[str, bytes]] = {}
         for _, record in records:
             key = self._keys.job_records(bucket, _shard(record.job_id))
             fields = per_key.setdefault(key, {})
-            fields[record.job_id] = json.dumps(record.to_dict(), separators=(",", ":"))
+            fields[record.job_id] = orjson.dumps(record.to_dict())
         pipe = self._client.pipeline(transaction=False)
         for key, fields in per_key.items():
             pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
@@ -175,10 +176,7 @@ class RedisJobStore(JobStore):
     async def publish(self, snapshots: Sequence[tuple[GroupRef, GroupSnapshot]]) -> None:
         if not snapshots:
             return
-        fields = {
-            str(group): json.dumps(snap.to_dict(), separators=(",", ":"))
-            for group, snap in snapshots
-        }
+        fields = {str(group): orjson.dumps(snap.to_dict()) for group, snap in snapshots}
         pipe = self._client.pipeline(transaction=False)
         pipe.hset(self._keys.group_snapshots(), mapping=fields)  # type: ignore[arg-type]
         await self._run("group snapshots", pipe)

@@ -4,7 +4,7 @@ Off the hot path: an outcome is one tuple appended to a list (the record is buil
 time); the list is written in one round trip just before each checkpoint (so a job the
 checkpoint passed has its record written), and dropped, not retried, when Redis cannot take
 it (records are informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
-with work (buffered, in flight or unfinished) are published once a second.
+with work (buffered or in flight) are published once a second.
 """
 
 from __future__ import annotations
@@ -24,20 +24,17 @@ log = logging.getLogger(__name__)
 MAX_PENDING = 200_000  # records held while Redis is away; the oldest are dropped beyond
 SNAPSHOT_INTERVAL_S = 1.0
 
-# (group, job id, state, at_ms, attempt, status, error, latency_ms, next_ms, retry_after)
-_Pending = tuple[GroupRef, str, str, int, int, int | None, str | None, int | None, int | None, bool]
-
 
 class JobLog:
     def __init__(self, store: JobStore | None, worker_id: str) -> None:
         self._store = store
         self.enabled = store is not None and store.ttl_s > 0
         self._worker = worker_id
-        self._pending: list[_Pending] = []
+        self._pending: list[tuple[GroupRef, JobRecord]] = []
         self.dropped = 0
 
-    def _add(self, entry: _Pending) -> None:
-        if not entry[1]:
+    def _add(self, entry: tuple[GroupRef, JobRecord]) -> None:
+        if not entry[1].job_id:
             return  # an unreadable entry has no id to look it up by
         pending = self._pending
         pending.append(entry)
@@ -51,7 +48,7 @@ class JobLog:
     ) -> None:
         if self.enabled:
             self._add(
-                (group.ref, job_id, "delivered", now_ms, attempts, status, None, ms, None, False)
+                (group.ref, JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
             )
 
     def retry(
@@ -66,20 +63,18 @@ class JobLog:
     ) -> None:
         if self.enabled:
             now_ms = int(time.time() * 1000)
-            self._add(
-                (
-                    group.ref,
-                    item.job_id(),
-                    "retry_wait",
-                    now_ms,
-                    attempt,
-                    status or None,
-                    error,
-                    None,
-                    next_ms,
-                    retry_after,
-                )
+            record = JobRecord(
+                item.job_id(),
+                "retry_wait",
+                now_ms,
+                attempt,
+                status or None,
+                error,
+                None,
+                next_ms,
+                retry_after,
             )
+            self._add((group.ref, record))
 
     def dead(
         self, group: GroupState, item: Buffered, attempts: int, status: int | None, error: str
@@ -87,29 +82,14 @@ class JobLog:
         if self.enabled:
             now_ms = int(time.time() * 1000)
             self._add(
-                (
-                    group.ref,
-                    item.job_id(),
-                    "dead",
-                    now_ms,
-                    attempts,
-                    status,
-                    error,
-                    None,
-                    None,
-                    False,
-                )
+                (group.ref, JobRecord(item.job_id(), "dead", now_ms, attempts, status, error))
             )
 
     async def flush(self) -> None:
         """Write the pending records (one round trip); on failure they are dropped."""
         if not self._pending or self._store is None:
             return
-        batch, self._pending = self._pending, []
-        records = [
-            (g, JobRecord(i, s, at, n, st, err, lat, nxt, ra))
-            for g, i, s, at, n, st, err, lat, nxt, ra in batch
-        ]
+        records, self._pending = self._pending, []
         try:
             await self._store.record(records)
         except BackendUnavailable as e:
@@ -132,7 +112,7 @@ class JobLog:
     ) -> list[tuple[GroupRef, GroupSnapshot]]:
         out = []
         for g in list(groups.values()):
-            if g.dropped or not (g.buffered() or g.in_flight or any(map(len, g.progress.values()))):
+            if g.dropped or not (g.buffered() or g.in_flight):
                 continue
             out.append((g.ref, self.snapshot(g, now)))
         return out

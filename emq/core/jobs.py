@@ -17,7 +17,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
 
@@ -78,9 +78,9 @@ def job_place(job_id: str) -> JobPlace | None:
     return JobPlace(n >> 80, group, PRIORITIES[rank])
 
 
-@dataclass(frozen=True, slots=True)
-class JobRecord:
-    """One outcome of a job, written by the worker that had it.
+class JobRecord(NamedTuple):
+    """One outcome of a job, written by the worker that had it (a named tuple: one is made per
+    delivery, and a tuple is made in C).
 
     ``state``: ``delivered`` (``status`` and ``latency_ms``: enqueue to delivery), ``retry_wait``
     (``attempt`` failed, ``next_ms`` the next attempt, ``status``/``error`` the last answer,
@@ -98,18 +98,16 @@ class JobRecord:
     retry_after: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        d: dict[str, Any] = {"s": self.state, "at": self.at_ms, "n": self.attempt}
-        for name, value in (
-            ("st", self.status),
-            ("err", self.error),
-            ("lat", self.latency_ms),
-            ("next", self.next_ms),
-        ):
-            if value is not None:
-                d[name] = value
-        if self.retry_after:
-            d["ra"] = 1
-        return d
+        return {
+            "s": self.state,
+            "at": self.at_ms,
+            "n": self.attempt,
+            "st": self.status,
+            "err": self.error,
+            "lat": self.latency_ms,
+            "next": self.next_ms,
+            "ra": 1 if self.retry_after else 0,
+        }
 
     @classmethod
     def from_dict(cls, job_id: str, d: dict[str, Any]) -> JobRecord:
