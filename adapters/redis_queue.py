@@ -14,6 +14,9 @@ formats they share with the in-memory backend are in :mod:`adapters._redis_scrip
   failed_at), trimmed to the topic's retention (newest ``dlq_max_entries``, none older than
   ``dlq_max_age_s``) by each append and by :meth:`trim_dead`.
 * ``idempotency(group, key)``: ``SET NX EX window`` marker holding the first job id.
+* ``job_due(group)``: hash job id -> due time of each job parked by a put with a due time,
+  removed when it is promoted (the job status lookup's way to a delayed job; see
+  :mod:`adapters.redis_jobs`).
 
 Two global keys, outside every group's hash tag, carry hints for the workers (never passed to a
 script with group keys, so a Cluster never answers CROSSSLOT):
