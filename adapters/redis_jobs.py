@@ -31,7 +31,6 @@ import zlib
 from collections.abc import Sequence
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
@@ -157,26 +156,25 @@ class RedisJobStore(JobStore):
             raise BackendUnavailable(f"redis unavailable during {what}: {e}") from e
         return replies
 
-    async def record(self, records: Sequence[tuple[GroupRef, JobRecord]]) -> None:
+    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
         if not records or self.ttl_s <= 0:
             return
         bucket = self._bucket(time.time())
         expire_at = (bucket + 2) * self.ttl_s
         per_key: dict[str, dict[str, bytes]] = {}
-        for _, record in records:
-            key = self._keys.job_records(bucket, _shard(record.job_id))
-            fields = per_key.setdefault(key, {})
-            fields[record.job_id] = orjson.dumps(record.to_dict())
+        for job_id, encoded in records:
+            key = self._keys.job_records(bucket, _shard(job_id))
+            per_key.setdefault(key, {})[job_id] = encoded
         pipe = self._client.pipeline(transaction=False)
         for key, fields in per_key.items():
             pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
             pipe.expireat(key, expire_at)
         await self._run("job records", pipe)
 
-    async def publish(self, snapshots: Sequence[tuple[GroupRef, GroupSnapshot]]) -> None:
+    async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:
         if not snapshots:
             return
-        fields = {str(group): orjson.dumps(snap.to_dict()) for group, snap in snapshots}
+        fields = {str(group): encoded for group, encoded in snapshots}
         pipe = self._client.pipeline(transaction=False)
         pipe.hset(self._keys.group_snapshots(), mapping=fields)  # type: ignore[arg-type]
         await self._run("group snapshots", pipe)

@@ -14,6 +14,8 @@ import logging
 import time
 from collections.abc import Mapping
 
+import orjson
+
 from emq.core.errors import BackendUnavailable
 from emq.core.jobs import GroupSnapshot, JobRecord, JobStore, QueueSnapshot
 from emq.core.model import GroupRef
@@ -30,11 +32,11 @@ class JobLog:
         self._store = store
         self.enabled = store is not None and store.ttl_s > 0
         self._worker = worker_id
-        self._pending: list[tuple[GroupRef, JobRecord]] = []
+        self._pending: list[JobRecord] = []
         self.dropped = 0
 
-    def _add(self, entry: tuple[GroupRef, JobRecord]) -> None:
-        if not entry[1].job_id:
+    def _add(self, entry: JobRecord) -> None:
+        if not entry.job_id:
             return  # an unreadable entry has no id to look it up by
         pending = self._pending
         pending.append(entry)
@@ -47,9 +49,7 @@ class JobLog:
         self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
     ) -> None:
         if self.enabled:
-            self._add(
-                (group.ref, JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
-            )
+            self._add(JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
 
     def retry(
         self,
@@ -74,22 +74,21 @@ class JobLog:
                 next_ms,
                 retry_after,
             )
-            self._add((group.ref, record))
+            self._add(record)
 
     def dead(
         self, group: GroupState, item: Buffered, attempts: int, status: int | None, error: str
     ) -> None:
         if self.enabled:
             now_ms = int(time.time() * 1000)
-            self._add(
-                (group.ref, JobRecord(item.job_id(), "dead", now_ms, attempts, status, error))
-            )
+            self._add(JobRecord(item.job_id(), "dead", now_ms, attempts, status, error))
 
     async def flush(self) -> None:
         """Write the pending records (one round trip); on failure they are dropped."""
         if not self._pending or self._store is None:
             return
-        records, self._pending = self._pending, []
+        batch, self._pending = self._pending, []
+        records = [(r.job_id, orjson.dumps(r.to_dict())) for r in batch]
         try:
             await self._store.record(records)
         except BackendUnavailable as e:
@@ -109,12 +108,12 @@ class JobLog:
 
     def snapshots(
         self, groups: Mapping[str, GroupState], now: float
-    ) -> list[tuple[GroupRef, GroupSnapshot]]:
+    ) -> list[tuple[GroupRef, bytes]]:
         out = []
         for g in list(groups.values()):
             if g.dropped or not (g.buffered() or g.in_flight):
                 continue
-            out.append((g.ref, self.snapshot(g, now)))
+            out.append((g.ref, orjson.dumps(self.snapshot(g, now).to_dict())))
         return out
 
     def snapshot(self, g: GroupState, now: float) -> GroupSnapshot:

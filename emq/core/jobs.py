@@ -182,13 +182,14 @@ class JobStore(abc.ABC):
     ttl_s: int = 600  # how long records stay readable (0: none are kept)
 
     @abc.abstractmethod
-    async def record(self, records: Sequence[tuple[GroupRef, JobRecord]]) -> None:
-        """Keep ``records`` for the retention; one round trip. Best effort: may raise
-        :class:`~emq.core.errors.BackendUnavailable` (the caller drops them)."""
+    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
+        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention; one
+        round trip. Best effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the
+        caller drops them)."""
 
     @abc.abstractmethod
-    async def publish(self, snapshots: Sequence[tuple[GroupRef, GroupSnapshot]]) -> None:
-        """Publish group snapshots (each expires after a few seconds); one round trip."""
+    async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:
+        """Publish group snapshots (:meth:`GroupSnapshot.to_dict` as JSON); one round trip."""
 
     @abc.abstractmethod
     async def facts(self, group: GroupRef, place: JobPlace, job_id: str) -> JobFacts:
