@@ -78,16 +78,18 @@ end
 return out
 """
 
-# KEYS: stream, delayed[, idempotency]  ARGV: job_id, payload, due_ms or '', priority, window_s
-# -> {0, offset} appended | {1, first_job_id} duplicate | {2, ''} parked in the delayed set
+# KEYS: stream, delayed, job_due[, idempotency]  ARGV: job_id, payload, due_ms or '', priority,
+# window_s -> {0, offset} appended | {1, first_job_id} duplicate | {2, ''} parked in the delayed
+# set (and its due time noted in job_due, so a status lookup finds it without a scan)
 PUT = """
-if #KEYS == 3 then
+if #KEYS == 4 then
   -- SET NX GET (Redis >= 7.0): nil when the marker was set now, the first job id otherwise.
-  local first = redis.call('SET', KEYS[3], ARGV[1], 'NX', 'GET', 'EX', ARGV[5])
+  local first = redis.call('SET', KEYS[4], ARGV[1], 'NX', 'GET', 'EX', ARGV[5])
   if first then return {1, first} end
 end
 if ARGV[3] ~= '' then
   redis.call('ZADD', KEYS[2], ARGV[3], ARGV[4] .. '|' .. ARGV[2])
+  redis.call('HSET', KEYS[3], ARGV[1], ARGV[3])
   return {2, ''}
 end
 return {0, redis.call('XADD', KEYS[1], '*', 'd', ARGV[2])}
@@ -236,7 +238,8 @@ _STREAMS = """
 local streams = {high = KEYS[2], medium = KEYS[3], low = KEYS[4]}
 """
 
-# KEYS: delayed, high, medium, low  ARGV: now_ms, limit -> how many were moved
+# KEYS: delayed, high, medium, low, job_due  ARGV: now_ms, limit -> how many were moved
+# (a promoted job's due time leaves job_due: its id is the payload's first field)
 PROMOTE_DUE = (
     _STREAMS
     + """
@@ -248,6 +251,8 @@ for _, member in ipairs(due) do
   if stream then
     redis.call('XADD', stream, '*', 'd', string.sub(member, bar + 1))
     redis.call('ZREM', KEYS[1], member)
+    local id = string.match(member, '^[a-z]+|{"id":"([^"]+)"')
+    if id and KEYS[5] then redis.call('HDEL', KEYS[5], id) end
     moved = moved + 1
   end
 end

@@ -14,6 +14,9 @@ formats they share with the in-memory backend are in :mod:`adapters._redis_scrip
   failed_at), trimmed to the topic's retention (newest ``dlq_max_entries``, none older than
   ``dlq_max_age_s``) by each append and by :meth:`trim_dead`.
 * ``idempotency(group, key)``: ``SET NX EX window`` marker holding the first job id.
+* ``job_due(group)``: hash job id -> due time of each job parked by a put with a due time,
+  removed when it is promoted (the job status lookup's way to a delayed job; see
+  :mod:`adapters.redis_jobs`).
 
 Two global keys, outside every group's hash tag, carry hints for the workers (never passed to a
 script with group keys, so a Cluster never answers CROSSSLOT):
@@ -318,7 +321,7 @@ class RedisQueueBackend(QueueBackend):
 
     def _put_script(self, item: PutItem, stream: str) -> Command:
         group = item.queue.group
-        keys = [stream, self._keys.delayed(group)]
+        keys = [stream, self._keys.delayed(group), self._keys.job_due(group)]
         if item.idempotency_key is not None:
             keys.append(self._keys.idempotency(group, item.idempotency_key))
         due = "" if item.due_ms is None else str(int(item.due_ms))
@@ -365,7 +368,7 @@ class RedisQueueBackend(QueueBackend):
     async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
         if limit <= 0:
             return 0
-        keys = (self._keys.delayed(group), *self._group_streams(group))
+        keys = (self._keys.delayed(group), *self._group_streams(group), self._keys.job_due(group))
         moved = await self._call(self._eval(self._promote, keys, (now_ms, limit)), "promote_due")
         if moved:
             log.debug("promoted %d due jobs of %s", moved, group)

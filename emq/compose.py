@@ -7,6 +7,7 @@ import redis.asyncio as aioredis
 from adapters import zk
 from adapters.redis_conn import client_options
 from adapters.redis_history import RedisHistoryStore
+from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
@@ -15,6 +16,7 @@ from allocator.settings import FleetSettings
 from allocator.view import ZkFleetView
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
+from emq.core.jobs import JobStore
 from emq.core.naming import RedisKeys
 from emq.core.settings import Durability, Settings
 
@@ -116,3 +118,15 @@ def open_history(settings: Settings) -> HistoryStore:
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+
+
+def open_jobs(settings: Settings) -> JobStore:
+    """Job records and group snapshots (``EMQ_JOB_RECORD_TTL_S``), on a client of their own."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisJobStore(client, keys, ttl_s=settings.job_record_ttl_s, owns_client=True)

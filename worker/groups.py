@@ -86,6 +86,8 @@ _STOPPED = frozenset({Lifecycle.RELEASING, Lifecycle.RELEASED, Lifecycle.DROPPED
 _GONE = frozenset({Lifecycle.RELEASED, Lifecycle.DROPPED})
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
+# Enqueue to delivery: seconds to hours (a backlog drains at the quota).
+E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 
 
 class Buffered:
@@ -144,6 +146,22 @@ class Buffered:
             return None
         self.key = key if isinstance(key, str) else None
         return self.key
+
+    def job_id(self) -> str:
+        """Its job's id ('' for an unreadable entry)."""
+        try:
+            return str(self._json()["id"])
+        except Exception:
+            return ""
+
+    def accepted(self) -> tuple[str, int | None, int]:
+        """(job id, when it was accepted in epoch ms, failed attempts before this one), read
+        at once for a delivery; ('', None, 0) for an unreadable entry."""
+        try:
+            d = self._json()
+            return d["id"], d["t"], d.get("a", 0)
+        except Exception:
+            return "", None, 0
 
     @property
     def delivery(self) -> Delivery:
@@ -211,10 +229,13 @@ class TopicState:
 
     __slots__ = (
         "cut",
+        "e2e",
+        "e2e_sum_s",
         "endpoint",
         "groups",
         "in_flight",
         "metrics_version",
+        "push_sum_s",
         "slow_at",
         "stats",
         "topic",
@@ -229,6 +250,16 @@ class TopicState:
         self.cut = 0  # endpoint slots withheld after pushes that timed out (senders.py)
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
+        # For /metrics (cumulative, read at scrape time): successful pushes' total duration;
+        # enqueue-to-delivery latency per E2E_BUCKETS_S bucket (last: over) and its total.
+        self.push_sum_s = 0.0
+        self.e2e = [0] * (len(E2E_BUCKETS_S) + 1)
+        self.e2e_sum_s = 0.0
+
+    def delivered_after(self, latency_s: float) -> None:
+        """Count one delivery ``latency_s`` after its job was accepted."""
+        self.e2e[bisect_left(E2E_BUCKETS_S, latency_s)] += 1
+        self.e2e_sum_s += latency_s
 
     @property
     def ref(self) -> TopicRef:

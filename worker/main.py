@@ -15,6 +15,7 @@ from aiohttp import web
 
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
+from emq.core.jobs import JobStore
 from emq.core.model import Namespace
 from worker.metrics import WorkerMetrics
 from worker.push import PushExecutor
@@ -145,6 +146,7 @@ async def run_worker(
     max_group_qps: int,
     stop: asyncio.Event | None = None,
     assignment_task: bool = True,
+    jobs: JobStore | None = None,
 ) -> None:
     """Run one worker (the caller owns and closes the backends)."""
     stop = stop or asyncio.Event()
@@ -164,6 +166,7 @@ async def run_worker(
             pusher=pusher,
             history=history,
             max_group_qps=max_group_qps,
+            jobs=jobs,
         )
         runner = None
         ports = settings.metrics_ports()

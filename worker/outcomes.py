@@ -27,6 +27,7 @@ from emq.core.errors import BackendUnavailable, Fenced
 from emq.core.interfaces import DeadLetter, GroupOwner, PushResult, Scheduled
 from emq.core.model import Envelope
 from worker.groups import Buffered, GroupState
+from worker.joblog import JobLog
 from worker.outage import Outage
 
 log = logging.getLogger(__name__)
@@ -51,8 +52,10 @@ class Outcomes:
         *,
         rand: Callable[[], float] = random.random,
         outage: Outage | None = None,
+        joblog: JobLog | None = None,
     ) -> None:
         self._queues = queues
+        self._joblog = joblog or JobLog(None, "")
         self._outage = outage or Outage()
         self._finish = finish
         self._drop = drop
@@ -64,9 +67,16 @@ class Outcomes:
         return sum(len(p.retries) + len(p.dead) for p in self._pending.values())
 
     def delivered(self, group: GroupState, item: Buffered, result: PushResult) -> None:
-        stats = group.topic.stats
+        state = group.topic
+        stats = state.stats
         stats.delivered += 1
         stats.latency.add(result.elapsed_s * 1000)
+        state.push_sum_s += result.elapsed_s
+        now_ms = int(time.time() * 1000)
+        job_id, enqueued, attempt = item.accepted()
+        latency_ms = now_ms - enqueued if enqueued is not None else 0
+        state.delivered_after(latency_ms / 1000)
+        self._joblog.delivered(group, job_id, now_ms, attempt + 1, result.status, latency_ms)
         self._finish(group, item)
 
     def failed(self, group: GroupState, item: Buffered, result: PushResult) -> None:
@@ -85,6 +95,8 @@ class Outcomes:
         again = Envelope(env.id, env.job, env.enqueued_ms, attempts)
         due = int((time.time() + wait) * 1000)
         group.topic.stats.retried += 1
+        honoured = wait == result.retry_after_s and result.status in RETRY_AFTER_STATUSES
+        self._joblog.retry(group, item, attempts, result.status, reason, due, honoured)
         self._add(group).retries.append((item, Scheduled(item.queue.priority, again.encode(), due)))
 
     def dead(
@@ -100,6 +112,7 @@ class Outcomes:
             int(time.time() * 1000),
         )
         group.topic.stats.dead_lettered += 1
+        self._joblog.dead(group, item, attempts, status, error)
         self._add(group).dead.append((item, letter))
 
     def _add(self, group: GroupState) -> _Pending:

@@ -40,6 +40,7 @@ from emq.core.interfaces import (
     PushRequest,
     PushResult,
 )
+from emq.core.jobs import JobStore
 from emq.core.model import GroupRef, Namespace, Topic, TopicRef
 from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
@@ -47,6 +48,7 @@ from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
 from worker.holds import CONTESTED_WAIT_S, Holds
+from worker.joblog import JobLog
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
@@ -78,6 +80,7 @@ class Worker:
         pusher: Pusher,
         history: HistoryStore | None = None,
         max_group_qps: int = 150,
+        jobs: JobStore | None = None,
     ) -> None:
         self.id = worker_id
         self.namespace = namespace
@@ -93,7 +96,13 @@ class Worker:
         self.outage = Outage()  # every loop that touches Redis pauses through it, none dies
         self.dispatcher = Dispatcher(self._send, settings.tick_s)
         self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs, self.outage)
-        self.outcomes = Outcomes(queues, self._finish, self._drop, outage=self.outage)
+        # Per-topic histograms and gauges, the buffer bytes and fetches: read at scrape time.
+        fetcher = self.fetcher
+        self.metrics.watch(self.topics, lambda: fetcher.budget.used, lambda: fetcher.reads)
+        self.joblog = JobLog(jobs, worker_id)  # job outcomes and group snapshots (job status)
+        self.outcomes = Outcomes(
+            queues, self._finish, self._drop, outage=self.outage, joblog=self.joblog
+        )
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )
@@ -140,6 +149,7 @@ class Worker:
         self._start("dlq-trim", self.committer.trim_dead_loop())
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
+        self._start("snapshots", self.joblog.run(self.groups))
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -497,6 +507,7 @@ class Worker:
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (see :class:`Committer`)."""
+        await self.joblog.flush()  # before the checkpoint passes the jobs they describe
         await self.committer.checkpoint()
 
     async def trim(self, group: GroupState | None = None) -> None:

@@ -9,7 +9,7 @@ request) and :mod:`emq.api.openapi` turns the same definitions into the response
 
 from __future__ import annotations
 
-from typing import Annotated, Any, NotRequired
+from typing import Annotated, Any, Literal, NotRequired
 
 from pydantic import Field
 from typing_extensions import TypedDict
@@ -158,3 +158,28 @@ class Health(TypedDict):
     status: str
     redis: str
     zookeeper: str
+
+
+class JobReason(TypedDict):
+    code: Literal[
+        "quota",
+        "endpoint_concurrency",
+        "retry_after",
+        "backoff",
+        "paused",
+        "no_owner",
+        "worker_backlog",
+        "dead",
+    ]
+    detail: str
+    until: NotRequired[str]  # ISO 8601, UTC
+
+
+class JobStatus(TypedDict):
+    """``GET .../jobs/{id}`` (emq.api.jobs): the state, why it waits, and the state's fields
+    (position, eta_s, until, attempt, last_status, delivered_at, latency_ms, ...)."""
+
+    id: str
+    topic: str
+    state: Literal["delayed", "queued", "buffered", "in_flight", "retry_wait", "delivered", "dead"]
+    reason: JobReason | None

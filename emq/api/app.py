@@ -42,6 +42,7 @@ from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
+from emq.api.jobs import job_status
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
@@ -50,6 +51,7 @@ from emq.core.errors import (
     BackendUnavailable,
     InvalidInput,
     MalformedRequest,
+    NotFound,
     PayloadTooLarge,
     RequestTimeout,
 )
@@ -61,6 +63,7 @@ from emq.core.interfaces import (
     FleetView,
     HistoryStore,
 )
+from emq.core.jobs import JobStore
 from emq.core.model import (
     Envelope,
     JobLimits,
@@ -92,8 +95,10 @@ class Api:
         metrics: ApiMetrics,
         history: HistoryStore | None = None,
         fleet: FleetView | None = None,
+        jobs: JobStore | None = None,
     ) -> None:
         self.settings = settings
+        self.jobs = jobs
         self.fleet = fleet
         self.history = history
         self.enqueue_history = EnqueueHistory(history, api.history_interval_s) if history else None
@@ -273,6 +278,14 @@ class Api:
         answer: answers.Accepted = {"ids": accepted.ids, "duplicates": accepted.duplicates}
         return web.json_response(answer, status=202)
 
+    async def job_status(self, request: web.Request) -> web.Response:
+        ref = self._ref(request)
+        await self.auth.tenant_or_admin(request, ref.tenant)
+        topic = await self.config.get_topic(ref)
+        if self.jobs is None:
+            raise NotFound("job status is not served by this API (no job store)")
+        return web.json_response(await job_status(self.jobs, topic, request.match_info["id"]))
+
     # ------------------------------------------------------------------ dead letters
 
     async def dlq_list(self, request: web.Request) -> web.Response:
@@ -418,10 +431,12 @@ def make_app(
     queues: ApiQueues,
     history: HistoryStore | None = None,
     fleet: FleetView | None = None,
+    jobs: JobStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
-    handlers = Api(settings, api, config, queues, metrics, history, fleet)
+    metrics.watch_topics(config, queues, jobs, settings.namespace)
+    handlers = Api(settings, api, config, queues, metrics, history, fleet, jobs)
     app = web.Application(
         client_max_size=api.max_request_bytes,
         middlewares=[metrics.middleware, error_middleware],
@@ -439,6 +454,7 @@ def make_app(
             web.get(topic, handlers.show_topic),
             web.patch(topic, handlers.patch_topic),
             web.post(topic + "/jobs", handlers.enqueue),
+            web.get(topic + "/jobs/{id}", handlers.job_status),
             web.get(topic + "/dlq", handlers.dlq_list),
             web.post(topic + "/dlq/replay", handlers.dlq_replay),
             web.get("/v1/workers", handlers.workers),

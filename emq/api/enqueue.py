@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from emq.core import schema
 from emq.core.errors import BacklogFull
 from emq.core.interfaces import ConfigStore, JobProducer, PutItem
+from emq.core.jobs import placed_job_id
 from emq.core.model import (
     PRIORITIES,
     Envelope,
@@ -30,7 +31,6 @@ from emq.core.model import (
     JobLimits,
     Topic,
     TopicRef,
-    new_job_id,
 )
 
 
@@ -158,7 +158,7 @@ class Enqueuer:
         items = []
         for job in jobs:
             group = GroupRef(topic.ref, self._group_index(job, topic.groups, spread))
-            job_id = new_job_id(now_ms)
+            job_id = placed_job_id(now_ms, group.index, job.priority)  # findable by its id
             items.append(
                 PutItem(
                     queue=group.queue(job.priority),

@@ -118,6 +118,15 @@ ROUTES = (
     ),
     Route(
         "get",
+        _TOPIC + "/jobs/{id}",
+        'One job\'s state and, while it waits, why (README, "Job status")',
+        "tenant",
+        (200, "the job's status", answers.JobStatus),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
         _TOPIC + "/dlq",
         "List dead-lettered jobs, oldest first",
         "tenant",
@@ -217,6 +226,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
         for name in ("tenant", "topic")
         if "{" + name + "}" in route.path
     ]
+    if "{id}" in route.path:
+        job_id = {"type": "string", "pattern": "^msg_[0-9a-z]{26}$"}
+        params.append({"name": "id", "in": "path", "required": True, "schema": job_id})
     if "{name}" in route.path:
         schema_ = {"type": "string", "enum": sorted(ui.FILES)}
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})

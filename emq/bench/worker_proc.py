@@ -36,6 +36,7 @@ import uvloop
 
 from adapters.memory_config import MemoryConfigStore
 from adapters.redis_history import RedisHistoryStore
+from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import connect
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
@@ -174,6 +175,24 @@ async def _run_worker(
     pusher: Pusher,
     history: RedisHistoryStore,
 ) -> None:
+    client = aioredis.Redis.from_url(spec["redis_url"])
+    jobs = RedisJobStore(client, RedisKeys(spec["prefix"]), owns_client=True)
+    try:
+        await _serve(spec, settings, queues, config, assignment, pusher, history, jobs)
+    finally:
+        await jobs.aclose()
+
+
+async def _serve(
+    spec: dict[str, Any],
+    settings: WorkerSettings,
+    queues: Any,
+    config: MemoryConfigStore,
+    assignment: StandaloneAssignment,
+    pusher: Pusher,
+    history: RedisHistoryStore,
+    jobs: RedisJobStore,
+) -> None:
     worker = Worker(
         spec.get("worker_id", "bench-worker"),
         NAMESPACE,
@@ -183,6 +202,8 @@ async def _run_worker(
         assignment=assignment,
         pusher=pusher,
         history=history,
+        # as ``emq worker`` does: job records and snapshots are part of what is measured
+        jobs=jobs,
     )
     control = Control(spec, config, worker)
     loop = asyncio.get_running_loop()

@@ -16,7 +16,19 @@ from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from emq import __version__
-from emq.cli import bench, capacity, config, dlq, enqueue, fleet, services, tenants, topics, zk
+from emq.cli import (
+    bench,
+    capacity,
+    config,
+    dlq,
+    enqueue,
+    fleet,
+    jobs,
+    services,
+    tenants,
+    topics,
+    zk,
+)
 from emq.core.errors import EmqError
 
 if TYPE_CHECKING:
@@ -56,6 +68,7 @@ def build_parser() -> argparse.ArgumentParser:
     topics.add_commands(sub)
     enqueue.add_commands(sub)
     dlq.add_commands(sub)
+    jobs.add_commands(sub)
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)

@@ -62,7 +62,7 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
-    from emq.compose import open_config, open_fleet, open_history, open_queues
+    from emq.compose import open_config, open_fleet, open_history, open_jobs, open_queues
     from emq.core.interfaces import AssignmentSource
     from worker.main import default_worker_id, run_worker
     from worker.standalone import StandaloneAssignment
@@ -74,6 +74,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         queues = await open_queues(settings)
         config = await open_config(settings)
         history = open_history(settings)
+        jobs = open_jobs(settings)
         assignment: AssignmentSource | None = None
         try:
             assignment = (
@@ -89,12 +90,14 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 config=config,
                 assignment=assignment,
                 history=history,
+                jobs=jobs,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
             )
         finally:
             if assignment is not None:  # a fleet member leaves only once it released its groups
                 await assignment.aclose()
+            await jobs.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()

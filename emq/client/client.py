@@ -306,6 +306,13 @@ class Client:
         path = self._topic_path(tenant, topic, "dlq")
         return await self._object("GET", path, query=query)
 
+    async def job_status(
+        self, tenant: str, topic: str, job_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """One job's state and, while it waits, why (README, "Job status")."""
+        path = self._topic_path(tenant, topic, "jobs", job_id)
+        return await self._object("GET", path, query=self._topic_query(namespace))
+
     async def dlq_replay(
         self,
         tenant: str,

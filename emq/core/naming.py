@@ -86,6 +86,21 @@ class RedisKeys:
         """Dead-lettered jobs of the group."""
         return self._group_key(group, "dlq")
 
+    def job_due(self, group: GroupRef) -> str:
+        """Hash job id -> due time of the group's jobs parked with ``delay_s`` (status lookup)."""
+        return self._group_key(group, "jobdue")
+
+    def job_records(self, bucket: int, shard: int) -> str:
+        """Hash job id -> its latest outcome, for one retention bucket and one shard of the job
+        ids (expires with the bucket). Not per group: a worker writes a few keys per flush
+        however many groups it serves."""
+        return f"{self.prefix}:jobs:{bucket}:{shard}"
+
+    def group_snapshots(self) -> str:
+        """Hash ``str(GroupRef)`` -> what the group's owner last said it waits for (with the
+        time it said it: an old one says nothing). One field per group ever snapshotted."""
+        return f"{self.prefix}:snapshots"
+
     def idempotency(self, group: GroupRef, idempotency_key: str) -> str:
         """Marks an idempotency key as seen (kept for the de-duplication window)."""
         return self._group_key(group, "idem", escape(idempotency_key))

@@ -176,6 +176,8 @@ class Settings:
     durability_replicas: int = setting(1, at_least(1))  # replica: WAIT n
     durability_timeout_ms: int = setting(1000, at_least(1))  # replica: WAIT t
     log_level: str = setting("INFO", _log_level)
+    # How long a job's outcome (delivered, retry, dead) stays readable by its id (0: not kept).
+    job_record_ttl_s: int = setting(600, at_least(0))
 
     def __post_init__(self) -> None:
         validate(self)

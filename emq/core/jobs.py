@@ -1,0 +1,204 @@
+"""Where a job is, and what is known about it: the facts behind ``GET .../jobs/{id}``.
+
+A job id says where the job was put (see :func:`placed_job_id`): its enqueue time, its group and
+its priority, so a status lookup goes straight to one physical queue and never scans a topic.
+What the queue cannot say, the worker writes down off the hot path:
+
+* :class:`JobRecord`: the outcome of an attempt (delivered, retry scheduled, dead-lettered),
+  batched with the checkpoint writes and kept for a retention (``EMQ_JOB_RECORD_TTL_S``);
+* :class:`GroupSnapshot`: per owned group with work, about once a second, what it waits for
+  (the budget spent until when, the endpoint's concurrency full) and how far it has fetched.
+"""
+
+from __future__ import annotations
+
+import abc
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, NamedTuple
+
+from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
+
+_CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
+_ID_RE = re.compile(r"^msg_[0-9a-hjkmnp-tv-z]{26}$")
+GROUP_BITS = 20  # up to 1 048 576 groups (a topic's groups never exceed its qps, 1 000 000)
+_RANK_BITS = 2
+_RANDOM_BITS = 80 - GROUP_BITS - _RANK_BITS  # 58 random bits per millisecond, group and priority
+# Bit 79 of the random part says "placed". An id made by new_job_id (before placement existed)
+# has it random: half of those read as a place that is not theirs, and their lookup is a 404.
+_PLACED = 1 << 79
+_GROUP_SHIFT = _RANDOM_BITS + _RANK_BITS
+
+
+def placed_job_id(now_ms: int, group_index: int, priority: Priority) -> str:
+    """``msg_`` + 26 characters, like :func:`~emq.core.model.new_job_id` (48 bits of
+    milliseconds, then 80 bits), with the group index and priority in the top of the 80 bits
+    (the rest random): the job can be found again without an index."""
+    if not 0 <= group_index < (1 << (GROUP_BITS - 1)):
+        group_index = (1 << (GROUP_BITS - 1)) - 1  # unfindable rather than wrong: never hit
+    rand = int.from_bytes(os.urandom(8), "big") & ((1 << _RANDOM_BITS) - 1)
+    low = _PLACED | (group_index << _GROUP_SHIFT) | (priority.rank << _RANDOM_BITS) | rand
+    n = (now_ms << 80) | low
+    chars = []
+    for _ in range(26):
+        n, r = divmod(n, 32)
+        chars.append(_CROCKFORD[r])
+    return "msg_" + "".join(reversed(chars))
+
+
+@dataclass(frozen=True, slots=True)
+class JobPlace:
+    """What a placed job id says: when it was enqueued, in which group and priority."""
+
+    enqueued_ms: int
+    group_index: int
+    priority: Priority
+
+    def queue(self, group: GroupRef) -> QueueRef:
+        return group.queue(self.priority)
+
+
+def job_place(job_id: str) -> JobPlace | None:
+    """The place written in ``job_id``; None for an id that is not one (or made before)."""
+    if not _ID_RE.match(job_id):
+        return None
+    n = 0
+    for c in job_id[4:]:
+        n = n * 32 + _DECODE[c]
+    low = n & ((1 << 80) - 1)
+    if not low & _PLACED:
+        return None
+    group = (low >> _GROUP_SHIFT) & ((1 << (GROUP_BITS - 1)) - 1)
+    rank = (low >> _RANDOM_BITS) & ((1 << _RANK_BITS) - 1)
+    if rank >= len(PRIORITIES):
+        return None
+    return JobPlace(n >> 80, group, PRIORITIES[rank])
+
+
+class JobRecord(NamedTuple):
+    """One outcome of a job, written by the worker that had it (a named tuple: one is made per
+    delivery, and a tuple is made in C).
+
+    ``state``: ``delivered`` (``status`` and ``latency_ms``: enqueue to delivery), ``retry_wait``
+    (``attempt`` failed, ``next_ms`` the next attempt, ``status``/``error`` the last answer,
+    ``retry_after``: the wait is the endpoint's Retry-After) or ``dead`` (``error`` the reason).
+    """
+
+    job_id: str
+    state: str
+    at_ms: int
+    attempt: int = 0
+    status: int | None = None
+    error: str | None = None
+    latency_ms: int | None = None
+    next_ms: int | None = None
+    retry_after: bool = False
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "s": self.state,
+            "at": self.at_ms,
+            "n": self.attempt,
+            "st": self.status,
+            "err": self.error,
+            "lat": self.latency_ms,
+            "next": self.next_ms,
+            "ra": 1 if self.retry_after else 0,
+        }
+
+    @classmethod
+    def from_dict(cls, job_id: str, d: dict[str, Any]) -> JobRecord:
+        return cls(
+            job_id,
+            str(d["s"]),
+            int(d["at"]),
+            int(d.get("n", 0)),
+            d.get("st"),
+            d.get("err"),
+            d.get("lat"),
+            d.get("next"),
+            bool(d.get("ra", 0)),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class QueueSnapshot:
+    """How far the owner has gone in one physical queue (offsets as ``ms-seq`` text)."""
+
+    committed: str  # finished below or at this (the checkpoint it holds)
+    fetched: str  # read up to this
+    buffer_head: str | None  # the oldest job still in its buffer (None: the buffer is empty)
+
+
+@dataclass(frozen=True, slots=True)
+class GroupSnapshot:
+    """What the owner of a group said about it at ``at_ms``."""
+
+    worker: str
+    at_ms: int
+    quota_until_ms: int | None  # the group's budget is spent until then (None: it has budget)
+    endpoint_full: bool  # the topic's endpoint has all its concurrency in flight
+    queues: dict[str, QueueSnapshot] = field(default_factory=dict)  # by priority name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "w": self.worker,
+            "at": self.at_ms,
+            "qu": self.quota_until_ms,
+            "ef": self.endpoint_full,
+            "q": {p: [s.committed, s.fetched, s.buffer_head] for p, s in self.queues.items()},
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> GroupSnapshot:
+        queues = {p: QueueSnapshot(c, f, h) for p, (c, f, h) in d.get("q", {}).items()}
+        return cls(str(d["w"]), int(d["at"]), d.get("qu"), bool(d.get("ef")), queues)
+
+
+@dataclass(frozen=True, slots=True)
+class JobFacts:
+    """Everything the store knows of one job, read in one round trip (see :class:`JobStore`).
+
+    ``offset`` is where the job sits in its queue (None: not found there); ``ahead`` the jobs
+    before it in its group that are not finished (an estimate past ``ahead_exact``), ``due_ms``
+    its due time if it waits in the delayed set; ``committed`` the queue's checkpoint.
+    """
+
+    record: JobRecord | None = None
+    offset: str | None = None
+    committed: str | None = None
+    ahead: int = 0
+    ahead_exact: bool = True
+    due_ms: int | None = None
+    snapshot: GroupSnapshot | None = None
+
+
+class JobStore(abc.ABC):
+    """Job records and group snapshots (written by workers), and the per-job lookup (the API)."""
+
+    ttl_s: int = 600  # how long records stay readable (0: none are kept)
+
+    @abc.abstractmethod
+    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
+        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention; one
+        round trip. Best effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the
+        caller drops them)."""
+
+    @abc.abstractmethod
+    async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:
+        """Publish group snapshots (:meth:`GroupSnapshot.to_dict` as JSON); one round trip."""
+
+    @abc.abstractmethod
+    async def facts(self, group: GroupRef, place: JobPlace, job_id: str) -> JobFacts:
+        """What is known of ``job_id`` in ``group`` (bounded cost: no scan of the queue)."""
+
+    @abc.abstractmethod
+    async def oldest_ms(self, queues: Sequence[QueueRef]) -> list[int | None]:
+        """Per queue, the append time of its oldest unfinished entry (None: none)."""
+
+    @abc.abstractmethod
+    async def aclose(self) -> None:
+        """Release connections (if owned)."""

@@ -1,0 +1,33 @@
+"""Placed job ids: the group and priority read back from the id; other ids are not placed."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+from emq.core.jobs import JobPlace, job_place, placed_job_id
+from emq.core.model import PRIORITIES, Priority, new_job_id
+
+
+def test_a_placed_id_reads_back_its_time_group_and_priority() -> None:
+    now = int(time.time() * 1000)
+    for group in (0, 1, 6, 999, 500_000):
+        for p in PRIORITIES:
+            job_id = placed_job_id(now, group, p)
+            assert len(job_id) == 30 and job_id.startswith("msg_")
+            assert job_place(job_id) == JobPlace(now, group, p)
+
+
+def test_placed_ids_sort_by_time_and_are_unique() -> None:
+    base = 1_700_000_000_000
+    per_ms = [[placed_job_id(base + ms, 3, Priority.LOW) for _ in range(10)] for ms in range(100)]
+    for earlier, later in itertools.pairwise(per_ms):
+        assert max(earlier) < min(later)  # within one millisecond, any order
+    assert len({i for ids in per_ms for i in ids}) == 1000
+
+
+def test_ids_that_are_not_placed_ids_have_no_place() -> None:
+    for text in ("", "msg_", "msg_" + "u" * 26, "job_" + "0" * 26, "msg_" + "0" * 25, "x" * 30):
+        assert job_place(text) is None
+    unplaced = [new_job_id() for _ in range(200)]
+    assert any(job_place(i) is None for i in unplaced)  # half of them carry no "placed" bit

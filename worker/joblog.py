@@ -1,0 +1,131 @@
+"""What the worker tells the job-status lookup: job outcomes and, per group, why jobs wait.
+
+Off the hot path: an outcome is one tuple appended to a list (the record is built at flush
+time); the list is written in one round trip just before each checkpoint (so a job the
+checkpoint passed has its record written), and dropped, not retried, when Redis cannot take
+it (records are informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
+with work (buffered or in flight) are published once a second.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Mapping
+
+import orjson
+
+from emq.core.errors import BackendUnavailable
+from emq.core.jobs import GroupSnapshot, JobRecord, JobStore, QueueSnapshot
+from emq.core.model import GroupRef
+from worker.groups import Buffered, GroupState, priority_index
+
+log = logging.getLogger(__name__)
+
+MAX_PENDING = 200_000  # records held while Redis is away; the oldest are dropped beyond
+SNAPSHOT_INTERVAL_S = 1.0
+
+
+class JobLog:
+    def __init__(self, store: JobStore | None, worker_id: str) -> None:
+        self._store = store
+        self.enabled = store is not None and store.ttl_s > 0
+        self._worker = worker_id
+        self._pending: list[JobRecord] = []
+        self.dropped = 0
+
+    def _add(self, entry: JobRecord) -> None:
+        if not entry.job_id:
+            return  # an unreadable entry has no id to look it up by
+        pending = self._pending
+        pending.append(entry)
+        if len(pending) > MAX_PENDING:
+            excess = len(pending) - MAX_PENDING
+            del pending[:excess]
+            self.dropped += excess
+
+    def delivered(
+        self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
+    ) -> None:
+        if self.enabled:
+            self._add(JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
+
+    def retry(
+        self,
+        group: GroupState,
+        item: Buffered,
+        attempt: int,
+        status: int | None,
+        error: str,
+        next_ms: int,
+        retry_after: bool,
+    ) -> None:
+        if self.enabled:
+            now_ms = int(time.time() * 1000)
+            record = JobRecord(
+                item.job_id(),
+                "retry_wait",
+                now_ms,
+                attempt,
+                status or None,
+                error,
+                None,
+                next_ms,
+                retry_after,
+            )
+            self._add(record)
+
+    def dead(
+        self, group: GroupState, item: Buffered, attempts: int, status: int | None, error: str
+    ) -> None:
+        if self.enabled:
+            now_ms = int(time.time() * 1000)
+            self._add(JobRecord(item.job_id(), "dead", now_ms, attempts, status, error))
+
+    async def flush(self) -> None:
+        """Write the pending records (one round trip); on failure they are dropped."""
+        if not self._pending or self._store is None:
+            return
+        batch, self._pending = self._pending, []
+        records = [(r.job_id, orjson.dumps(r.to_dict())) for r in batch]
+        try:
+            await self._store.record(records)
+        except BackendUnavailable as e:
+            log.debug("%d job records not written (%s)", len(records), e)
+
+    async def run(self, groups: Mapping[str, GroupState]) -> None:
+        """Publish the snapshots of the groups with work, once a second."""
+        if self._store is None:
+            return
+        while True:
+            await asyncio.sleep(SNAPSHOT_INTERVAL_S)
+            snaps = self.snapshots(groups, time.time())
+            try:
+                await self._store.publish(snaps)
+            except BackendUnavailable as e:
+                log.debug("group snapshots not published (%s)", e)
+
+    def snapshots(
+        self, groups: Mapping[str, GroupState], now: float
+    ) -> list[tuple[GroupRef, bytes]]:
+        out = []
+        for g in list(groups.values()):
+            if g.dropped or not (g.buffered() or g.in_flight):
+                continue
+            out.append((g.ref, orjson.dumps(self.snapshot(g, now).to_dict())))
+        return out
+
+    def snapshot(self, g: GroupState, now: float) -> GroupSnapshot:
+        quota_until = None
+        if g.buffered() and g.counter.available(now) == 0:
+            quota_until = int((now + g.counter.wait_s(now)) * 1000)
+        buffers = g.buffers
+        queues = {}
+        for q, p in g.progress.items():
+            buffer = buffers[priority_index(q)] if buffers is not None else None
+            head = str(buffer[0].offset) if buffer else None
+            queues[q.priority.value] = QueueSnapshot(str(p.committed), str(p.last_fetched), head)
+        return GroupSnapshot(
+            self._worker, int(now * 1000), quota_until, g.topic.room() <= 0, queues
+        )
