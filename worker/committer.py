@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import GroupOwner
@@ -36,8 +36,12 @@ class Committer:
         groups: dict[str, GroupState],
         outage: Outage,
         drop: Callable[[GroupState, str], None],
+        before_checkpoint: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.queues = queues
+        # Written before each checkpoint (the job records of worker.joblog: a checkpoint must
+        # not pass jobs whose outcome is not readable yet).
+        self._before_checkpoint = before_checkpoint
         self.settings = settings
         self.groups = groups  # by str(GroupRef), owned by the worker
         self.outage = outage
@@ -63,6 +67,8 @@ class Committer:
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (one round trip)."""
+        if self._before_checkpoint is not None:
+            await self._before_checkpoint()
         groups = {g for g in self.dirty if not g.dropped}
         self.dirty.clear()
         await self.write_checkpoints(list(groups))

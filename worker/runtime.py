@@ -120,7 +120,9 @@ class Worker:
             keyed_done=self.dispatcher.keyed_done,
         )
         self._govern_at = 0.0
-        self.committer = Committer(queues, settings, self.groups, self.outage, self._drop)
+        self.committer = Committer(
+            queues, settings, self.groups, self.outage, self._drop, self.joblog.flush
+        )
         self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
@@ -507,8 +509,7 @@ class Worker:
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (see :class:`Committer`)."""
-        await self.joblog.flush()  # before the checkpoint passes the jobs they describe
-        await self.committer.checkpoint()
+        await self.committer.checkpoint()  # (the job records first: see Committer)
 
     async def trim(self, group: GroupState | None = None) -> None:
         """Remove delivered entries (see :meth:`Committer.trim`)."""

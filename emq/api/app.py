@@ -136,14 +136,21 @@ class Api:
             raise MalformedRequest(None, "request body must be a JSON object")
         return body
 
-    def _namespace(self, request: web.Request) -> Namespace:
-        raw = schema.query(schema.NamespaceQuery, request.query).namespace
+    def _namespace(
+        self, request: web.Request, query: schema.NamespaceQuery | None = None
+    ) -> Namespace:
+        """The route's namespace: from ``query`` (a route whose query model is another,
+        already read), else the query read as a :class:`~emq.core.schema.NamespaceQuery`
+        (unknown parameters refused)."""
+        if query is None:
+            query = schema.query(schema.NamespaceQuery, request.query)
+        raw = query.namespace
         return self.settings.namespace if raw is None else Namespace(raw)
 
-    def _ref(self, request: web.Request) -> TopicRef:
+    def _ref(self, request: web.Request, query: schema.NamespaceQuery | None = None) -> TopicRef:
         tenant = validate_name(request.match_info["tenant"], "tenant")
         topic = validate_name(request.match_info["topic"], "topic")
-        return TopicRef(self._namespace(request), tenant, topic)
+        return TopicRef(self._namespace(request, query), tenant, topic)
 
     def view(self, topic: Topic, *, secret: bool = False) -> answers.TopicView:
         ref = topic.ref
@@ -290,8 +297,8 @@ class Api:
 
     async def dlq_list(self, request: web.Request) -> web.Response:
         await self.auth.tenant_or_admin(request, request.match_info["tenant"])
-        ref = self._ref(request)
         query = schema.query(schema.DlqQuery, request.query)
+        ref = self._ref(request, query)
         limit = query.limit
         start_group, after = _cursor(query.cursor)
         topic = await self.config.get_topic(ref)

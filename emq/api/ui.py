@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from emq.api.enqueue import topic_backlog
-from emq.core.model import Namespace, Topic
+from emq.core.model import Topic
 
 if TYPE_CHECKING:
     from emq.api.app import Api
@@ -65,8 +65,7 @@ class Console:
     async def topics(self, request: web.Request) -> web.Response:
         """Every topic visible to the caller, with backlog, delayed and delivered/s."""
         who = await self.api.auth.principal(request)
-        raw = request.query.get("namespace")
-        namespace = self.api.settings.namespace if raw is None else Namespace.parse(raw)
+        namespace = self.api._namespace(request)  # (the query checked as every route's)
         if who.tenant is None:
             tenants = [t.name for t in await self.api.config.list_tenants()]
         else:

@@ -364,9 +364,10 @@ class ReplayIn(IntegralBody):
 
 
 class Query(BaseModel):
-    """Query parameters: text, read as the type given (``?limit=5``); others are ignored."""
+    """Query parameters: text, read as the type given (``?limit=5``); an unknown one is
+    refused, as an unknown field of a body is (the document says which exist)."""
 
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
 
 class NamespaceQuery(Query):
