@@ -22,7 +22,7 @@ from aiohttp import web
 
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
-from emq.compose import open_config, open_fleet_view, open_history, open_queues
+from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
 from emq.stack import free_port
@@ -38,6 +38,7 @@ TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics/{topic}",
     "POST /v1/tenants/{tenant}/topics/{topic}/jobs",
     "GET /v1/tenants/{tenant}/topics/{topic}/dlq",
+    "GET /v1/tenants/{tenant}/topics/{topic}/jobs/{id}",
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replay",
 }
 ADMIN_ROUTES = {
@@ -62,7 +63,8 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     config = await open_config(settings)
     history = open_history(settings)
     fleet = open_fleet_view(settings)
-    app = make_app(settings, ApiSettings(), config, queues, history, fleet)
+    jobs = open_jobs(settings)
+    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs)
     runner = make_runner(app, ApiSettings())
     await runner.setup()
     port = free_port()
@@ -71,13 +73,14 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+        await jobs.aclose()
         await fleet.aclose()
         await history.aclose()
         await config.aclose()
         await queues.aclose()
 
 
-def config_toml(admin: str, tenant: str, examples: int) -> str:
+def config_toml(admin: str, tenant: str, examples: int, job_id: str) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
     rejections = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "429"]
@@ -102,7 +105,9 @@ def config_toml(admin: str, tenant: str, examples: int) -> str:
             "[[operations]]",
             f'include-name = "{name}"',
             f'headers = {{ Authorization = "Bearer {tenant}" }}',
-            'parameters = { tenant = "fuzz", topic = "orders" }',
+            'parameters = { tenant = "fuzz", topic = "orders"'
+            + (f', id = "{job_id}"' if "{id}" in name else "")
+            + " }",
         ]
     return "\n".join(lines) + "\n"
 
@@ -144,8 +149,15 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
             headers=ADMIN,
         )
         assert r.status == 201, await r.text()
+        r = await http.post(  # a job whose status the fuzzer asks for
+            f"{live_api}/v1/tenants/fuzz/topics/orders/jobs",
+            json={"url": "http://127.0.0.1:9/x", "delay_s": 3600},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status == 202, await r.text()
+        (job_id,) = (await r.json())["ids"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES))
+    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id))
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out
