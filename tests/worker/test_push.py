@@ -188,6 +188,7 @@ async def test_redirects_are_not_followed(sink: tuple[Sink, str]) -> None:
     assert len(s.requests) == 1
 
 
+@pytest.mark.serial
 async def test_timeout_is_an_error_result_not_an_exception(sink: tuple[Sink, str]) -> None:
     s, base = sink
     s.delay_s = 2.0
