@@ -8,24 +8,40 @@ end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 import redis.asyncio as aioredis
+from hypothesis import is_hypothesis_test
 from kazoo.client import KazooClient
 
 from emq.core.settings import Settings
 from emq.stack import Service, free_port
 
 ZK_TICK_MS = "500"  # lets tests use 1-10 s sessions (ZooKeeper allows 2-20 ticks)
+START_ATTEMPTS = 3  # starts of a session server, each on a fresh free port
 
 
 def _start(service: Service) -> Service:
+    """Start ``service``; if it fails, again on another free port (START_ATTEMPTS in all).
+
+    A port found free may be taken before the server binds it, by a parallel test worker
+    (``make test`` runs pytest-xdist) or by anything else on the machine."""
+    for _ in range(START_ATTEMPTS - 1):
+        try:
+            service.start()
+            return service
+        except Exception:
+            with contextlib.suppress(Exception):
+                service.stop()
+            service = replace(service, port=free_port())
     try:
         service.start()
     except Exception as e:
@@ -101,6 +117,15 @@ def settings(redis_url: str, zk_hosts: str, test_id: str, tmp_path: Path) -> Set
         stack_dir=str(tmp_path / "stack"),
         admin_token="test-admin-token",
     )
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects on the markers
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Hypothesis tests judge timing too (each example within its deadline): mark them serial,
+    so ``make test`` runs them alone, not beside the parallel pass's load."""
+    for item in items:
+        if isinstance(item, pytest.Function) and is_hypothesis_test(item.obj):
+            item.add_marker(pytest.mark.serial)
 
 
 @pytest.hookimpl(wrapper=True)
