@@ -83,14 +83,3 @@ def plan(spark: SparkSession, history: Path, out: Path, **options: Any) -> dict[
     document["by_topic"] = {t["topic"]: t for t in document["topics"]}
     document["summary"] = summary
     return document
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist (``make test``), every test here goes to one worker, so the suite starts one
-    SparkSession (a JVM of seconds and 2 GB), not one per worker."""
-    if not config.pluginmanager.hasplugin("xdist"):
-        return
-    here = Path(__file__).parent
-    for item in items:
-        if item.path.is_relative_to(here):
-            item.add_marker(pytest.mark.xdist_group("spark"))
