@@ -126,6 +126,7 @@ async def test_failures_retry_then_dead_letter_then_replay(
     assert await sink.wait_for(lambda: {d.job_id for d in sink.of("f")} == set(ids), 10)
 
 
+@pytest.mark.serial
 async def test_retry_after_is_honoured_and_costs_no_quota_wait(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -141,6 +142,7 @@ async def test_retry_after_is_honoured_and_costs_no_quota_wait(
     assert time.monotonic() - first >= 0.8  # waited for Retry-After, not the 50 ms backoff
 
 
+@pytest.mark.serial
 async def test_refused_destination_goes_straight_to_the_dlq_without_a_connection(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
