@@ -19,9 +19,27 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev,spark]'
 	@touch $@
 
+# The suite runs in two passes, both always. First every test not marked `serial`, on
+# $(PYTEST_WORKERS) xdist workers (most tests wait on servers, sinks and subprocesses, so 3 keep
+# 2 cores busy); --dist loadfile keeps each file on one worker, so a module fixture (the Spark
+# tests' histories) is built once. Then the `serial` tests (they judge timing: quota per second,
+# latency, recovery time, Hypothesis deadlines, benchmarks) alone, with the machine quiet again.
+# `make test` fails if either pass fails; a pass that selects nothing (exit 5, e.g. PYTEST_ARGS
+# naming one file) is no failure unless both select nothing.
+PYTEST_WORKERS ?= 3
+
 test: install
 	$(VENV)/bin/ruff check .
-	$(PY) -m pytest $(PYTEST_ARGS)
+	@parallel=0; serial=0; \
+	echo "pytest, parallel pass: -n $(PYTEST_WORKERS) -m 'not serial'"; \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
+		|| parallel=$$?; \
+	echo "pytest, serial pass: -m serial"; \
+	$(PY) -m pytest -p no:xdist -m serial $(PYTEST_ARGS) || serial=$$?; \
+	if [ $$parallel = 5 ] && [ $$serial = 5 ]; then echo "make test: no test selected"; exit 5; fi; \
+	[ $$parallel = 5 ] && parallel=0; [ $$serial = 5 ] && serial=0; \
+	[ $$parallel = 0 ] && [ $$serial = 0 ] \
+		|| { echo "make test: parallel pass exit $$parallel, serial pass exit $$serial"; exit 1; }
 
 demo: install
 	$(VENV)/bin/emq demo $(DEMO_ARGS)

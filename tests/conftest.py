@@ -8,11 +8,13 @@ end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper c
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -30,9 +32,22 @@ settings.register_profile("emq", deadline=None)
 settings.load_profile("emq")
 
 ZK_TICK_MS = "500"  # lets tests use 1-10 s sessions (ZooKeeper allows 2-20 ticks)
+START_ATTEMPTS = 3  # starts of a session server, each on a fresh free port
 
 
 def _start(service: Service) -> Service:
+    """Start ``service``; if it fails, again on another free port (START_ATTEMPTS in all).
+
+    A port found free may be taken before the server binds it, by a parallel test worker
+    (``make test`` runs pytest-xdist) or by anything else on the machine."""
+    for _ in range(START_ATTEMPTS - 1):
+        try:
+            service.start()
+            return service
+        except Exception:
+            with contextlib.suppress(Exception):
+                service.stop()
+            service = replace(service, port=free_port())
     try:
         service.start()
     except Exception as e:

@@ -29,6 +29,7 @@ from emq.core.naming import RedisKeys
 
 SCRIPT = Path(__file__).resolve().parents[2] / "deploy" / "redis-cluster.sh"
 KINDS = ("memory", "redis", "cluster")
+START_ATTEMPTS = 3
 IDEMPOTENCY_WINDOW_S = 600
 _started: list[ClusterService] = []  # the session's cluster, for failure reports
 
@@ -78,12 +79,18 @@ class ClusterService:
 
 @pytest.fixture(scope="session")
 def redis_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClusterService]:
-    service = ClusterService(tmp_path_factory.mktemp("redis-cluster"), free_base_port())
-    done = service.run("start")
-    if done.returncode != 0 or not done.stdout.startswith("running "):
+    # A port found free may be taken before the nodes bind it (by a parallel test worker, or
+    # anything else on the machine): then the start fails, and another range is tried.
+    for attempt in range(START_ATTEMPTS):
+        base = tmp_path_factory.mktemp("redis-cluster")
+        service = ClusterService(base, free_base_port())
+        done = service.run("start")
+        if done.returncode == 0 and done.stdout.startswith("running "):
+            break
         service.run("stop")
-        reason = done.stderr.strip() or done.stdout.strip()
-        pytest.fail(f"could not start the Redis Cluster for the tests: {reason}", pytrace=False)
+        if attempt == START_ATTEMPTS - 1:
+            reason = done.stderr.strip() or done.stdout.strip()
+            pytest.fail(f"could not start the Redis Cluster for the tests: {reason}", pytrace=False)
     _started.append(service)
     yield service
     _started.clear()

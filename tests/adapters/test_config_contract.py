@@ -263,6 +263,7 @@ async def test_concurrent_updates_from_two_stores_all_land(cfg: Config) -> None:
 # --------------------------------------------------------------------------- watches
 
 
+@pytest.mark.serial
 async def test_watch_yields_the_full_map_now_and_after_changes_made_elsewhere(
     cfg: Config, record_property: Callable[[str, object], None]
 ) -> None:
@@ -314,6 +315,7 @@ async def test_a_burst_of_changes_is_coalesced_and_complete(cfg: Config) -> None
     await watch.aclose()  # type: ignore[attr-defined]
 
 
+@pytest.mark.serial
 async def test_cached_reads_see_changes_made_elsewhere_within_the_bound(cfg: Config) -> None:
     await cfg.store.create_tenant(tenant())
     await cfg.store.create_topic(topic())
@@ -535,6 +537,7 @@ async def test_a_callers_client_is_left_running(zk_hosts: str) -> None:
         await asyncio.to_thread(_stop, client)
 
 
+@pytest.mark.serial
 async def test_without_a_session_writes_warm_the_cache_and_misses_fail_fast(
     zk_hosts: str,
 ) -> None:

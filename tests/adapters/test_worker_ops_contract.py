@@ -254,6 +254,7 @@ async def test_write_checkpoints_of_3000_queues(subject: Subject) -> None:
 # --------------------------------------------------------------------------- ready signal
 
 
+@pytest.mark.serial
 async def test_wait_ready_wakes_soon_after_a_concurrent_put(subject: Subject) -> None:
     backend, groups = subject.backend, spread_groups(6)
     await assert_on_every_shard(subject, groups)
@@ -277,6 +278,7 @@ async def test_wait_ready_wakes_soon_after_a_concurrent_put(subject: Subject) ->
     assert await drain(backend, new_cursor) == (new_cursor, [])
 
 
+@pytest.mark.serial
 async def test_wait_ready_times_out_with_nothing(backend: QueueBackend) -> None:
     started = time.perf_counter()
     cursor, names = await backend.wait_ready(None, 0.2)

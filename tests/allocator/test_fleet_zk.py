@@ -57,6 +57,7 @@ async def test_three_members_one_leader_every_group_owned_once(
     await eventually(lambda: fleet.exactly_once(groups + more), 5)
 
 
+@pytest.mark.serial
 async def test_leader_failover_and_the_generation_grows(
     fleet: Fleet, zk_client: KazooClient
 ) -> None:
@@ -127,6 +128,7 @@ async def test_a_new_owner_waits_for_the_release(fleet: Fleet, zk_client: KazooC
     assert all(doc.groups[str(g)].epoch > e for _, g, e in old.releases)  # epochs grew
 
 
+@pytest.mark.serial
 async def test_a_dead_owner_is_waited_out_for_the_grace_period(fleet: Fleet) -> None:
     groups = await fleet.topics({"a": 12})
     doomed = await fleet.member("w0")
@@ -160,6 +162,7 @@ async def test_session_expiry_self_fences_then_the_member_rejoins(fleet: Fleet) 
     assert m.fleet.may_dispatch()
 
 
+@pytest.mark.serial
 async def test_a_blip_keeps_dispatching_and_a_long_cut_self_fences(
     fleet: Fleet, proxy: Proxy
 ) -> None:
@@ -199,6 +202,7 @@ async def _blip_then_stall(m: Member, proxy: Proxy, held: dict[GroupRef, int]) -
     await eventually(lambda: m.owned == held and m.fleet.may_dispatch(), 5)
 
 
+@pytest.mark.serial
 async def test_cut_off_from_zookeeper_a_member_goes_on_while_the_store_vouches(
     fleet: Fleet, proxy: Proxy
 ) -> None:

@@ -225,6 +225,7 @@ async def test_a_hostile_token_is_refused_in_the_json_error_shape(
     _json_error(got, headers, body)
 
 
+@pytest.mark.serial
 async def test_slow_headers_are_cut_off_with_408(served: Served) -> None:
     reader, writer = await served.connect()
     started = time.monotonic()
@@ -238,6 +239,7 @@ async def test_slow_headers_are_cut_off_with_408(served: Served) -> None:
     assert await served.healthy()
 
 
+@pytest.mark.serial
 async def test_headers_trickled_byte_by_byte_are_cut_off_too(served: Served) -> None:
     reader, writer = await served.connect()
     started = time.monotonic()
@@ -268,6 +270,7 @@ async def test_an_idle_keep_alive_connection_is_not_cut_by_the_header_timeout(
     writer.close()
 
 
+@pytest.mark.serial
 async def test_a_slow_body_is_cut_off_with_408_and_nothing_is_stored(
     served: Served, snapshot: Any
 ) -> None:
@@ -289,6 +292,7 @@ async def test_a_slow_body_is_cut_off_with_408_and_nothing_is_stored(
     assert await served.healthy()
 
 
+@pytest.mark.serial
 async def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeout(
     served: Served,
 ) -> None:
@@ -300,6 +304,7 @@ async def test_a_connection_that_sends_nothing_is_closed_after_the_header_timeou
     writer.close()
 
 
+@pytest.mark.serial
 async def test_connections_beyond_the_limit_are_refused_at_once_and_others_still_served(
     serve_api: Any,
 ) -> None:
@@ -328,6 +333,7 @@ async def test_connections_beyond_the_limit_are_refused_at_once_and_others_still
     assert await served.healthy()
 
 
+@pytest.mark.serial
 async def test_many_slow_clients_are_all_cut_off_and_the_api_serves_others_meanwhile(
     served: Served,
 ) -> None:

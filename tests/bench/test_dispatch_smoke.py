@@ -37,6 +37,7 @@ def _bench(workload: str, duration_s: float, timeout_s: float) -> dict[str, Any]
     return result
 
 
+@pytest.mark.serial
 def test_a_short_w5_run_delivers_and_reports() -> None:
     result = _bench("W5", 2, 100)
     assert result.keys() >= SHAPE
@@ -75,6 +76,7 @@ async def test_the_sink_counts_keeps_alive_and_never_answers_a_hang() -> None:
     assert len(counts["latency_ms"]["b"]) == 1 and "a" not in counts["latency_ms"]
 
 
+@pytest.mark.serial
 def test_a_short_w2_run_saturates_the_worker_and_the_governor_sheds_senders() -> None:
     """W2 end to end: ceilings and two workers; the backlogged worker's loop is saturated, so
     its send governor lowered the pushes at once below the 256 senders (a real worker, a real

@@ -15,6 +15,8 @@ import uvloop
 
 from emq.bench import mixed
 
+pytestmark = pytest.mark.serial  # judges timing: `make test` runs it alone
+
 SEEDS = (2, 10, 6)
 DURATION_S = 10.0
 MAX_QPS = 400

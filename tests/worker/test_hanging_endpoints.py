@@ -13,11 +13,15 @@ import socket
 import time
 from typing import Any
 
+import pytest
+
 from emq.core.interfaces import PushRequest
 from tests.worker.conftest import Sink, Stack, full_seconds
 from worker.push import PushExecutor
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy
+
+pytestmark = pytest.mark.serial  # judges timing: `make test` runs it alone
 
 SENDERS = 16
 HANGING = [f"hang{i}" for i in range(10)]

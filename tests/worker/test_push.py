@@ -162,6 +162,7 @@ async def test_redirects_are_not_followed(sink: Sink) -> None:
     assert sum(sink.attempts.values()) == 1
 
 
+@pytest.mark.serial
 async def test_timeout_is_an_error_result_not_an_exception(sink: Sink) -> None:
     sink.behaviour["slow"].delay_s = 2.0
     settings = WorkerSettings(request_timeout_s=0.3)

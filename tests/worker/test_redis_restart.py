@@ -84,6 +84,7 @@ async def _stalled(sink: Sink, topic: str, quiet_s: float, timeout_s: float) -> 
     return False
 
 
+@pytest.mark.serial
 @pytest.mark.parametrize("crash", [True, False], ids=["kill-9", "clean-restart"])
 async def test_worker_and_api_ride_out_a_redis_restart(
     crash: bool,

@@ -7,6 +7,8 @@ import subprocess
 import sys
 import time
 
+import pytest
+
 from emq.core.model import Namespace, Topic, TopicRef
 from worker.dispatch import Handoff
 from worker.groups import Buffered, GroupState, TopicState
@@ -61,6 +63,7 @@ async def settle() -> None:
         await asyncio.sleep(0)
 
 
+@pytest.mark.serial
 async def test_stuck_pushes_leave_their_senders_and_replacements_take_the_next_jobs() -> None:
     sends: Handoff[tuple[GroupState, Buffered]] = Handoff(4)
     pushes = Pushes()

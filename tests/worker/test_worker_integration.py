@@ -11,6 +11,7 @@ import socket
 import time
 from typing import Any
 
+import pytest
 from standardwebhooks import Webhook
 
 from emq.core.model import GroupRef
@@ -21,6 +22,7 @@ def jobs(sink: Sink, topic: str, n: int, **extra: Any) -> list[dict[str, Any]]:
     return [{"url": sink.url(topic), "body": {"n": i}} | extra for i in range(n)]
 
 
+@pytest.mark.serial
 async def test_twenty_topics_are_each_held_to_their_quota(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -37,6 +39,7 @@ async def test_twenty_topics_are_each_held_to_their_quota(
         assert sum(seconds) / len(seconds) >= 95, (name, seconds)
 
 
+@pytest.mark.serial
 async def test_highs_injected_later_overtake_the_backlogged_lows(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -54,6 +57,7 @@ async def test_highs_injected_later_overtake_the_backlogged_lows(
     assert order.count(False) < 300  # lows remained when the highs went
 
 
+@pytest.mark.serial
 async def test_each_high_is_delivered_within_a_token_of_its_enqueue_beside_busy_topics(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -122,6 +126,7 @@ async def test_failures_retry_then_dead_letter_then_replay(
     assert await sink.wait_for(lambda: {d.job_id for d in sink.of("f")} == set(ids), 10)
 
 
+@pytest.mark.serial
 async def test_retry_after_is_honoured_and_costs_no_quota_wait(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -137,6 +142,7 @@ async def test_retry_after_is_honoured_and_costs_no_quota_wait(
     assert time.monotonic() - first >= 0.8  # waited for Retry-After, not the 50 ms backoff
 
 
+@pytest.mark.serial
 async def test_refused_destination_goes_straight_to_the_dlq_without_a_connection(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -166,6 +172,7 @@ async def test_refused_destination_goes_straight_to_the_dlq_without_a_connection
         listener.close()
 
 
+@pytest.mark.serial
 async def test_delayed_jobs_are_delivered_when_due(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -195,6 +202,7 @@ async def test_kill_9_mid_stream_loses_nothing(
     assert duplicates <= 2 * 400 + 256  # at most the buffer (2 s of quota) plus what was in flight
 
 
+@pytest.mark.serial
 async def test_a_hanging_endpoint_leaves_other_topics_at_full_rate(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
@@ -212,6 +220,7 @@ async def test_a_hanging_endpoint_leaves_other_topics_at_full_rate(
     assert 8 <= sink.max_hanging <= 8  # the hanging endpoint holds exactly its own 8 slots
 
 
+@pytest.mark.serial
 async def test_pause_and_quota_changes_apply_within_two_seconds(
     stack: Stack, sink: Sink, worker_process: Any
 ) -> None:
