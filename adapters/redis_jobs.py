@@ -161,14 +161,15 @@ class RedisJobStore(JobStore):
             return
         bucket = self._bucket(time.time())
         expire_at = (bucket + 2) * self.ttl_s
-        per_key: dict[str, dict[str, bytes]] = {}
+        shards: list[dict[str, bytes]] = [{} for _ in range(SHARDS)]
         for job_id, encoded in records:
-            key = self._keys.job_records(bucket, _shard(job_id))
-            per_key.setdefault(key, {})[job_id] = encoded
+            shards[_shard(job_id)][job_id] = encoded
         pipe = self._client.pipeline(transaction=False)
-        for key, fields in per_key.items():
-            pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
-            pipe.expireat(key, expire_at)
+        for shard, fields in enumerate(shards):
+            if fields:
+                key = self._keys.job_records(bucket, shard)
+                pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+                pipe.expireat(key, expire_at)
         await self._run("job records", pipe)
 
     async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:
