@@ -248,7 +248,14 @@ async def test_only_the_view_on_screen_polls_at_most_once_a_second(
     topics = [at for at, url in seen if "/v1/topics?" in url]
     workers = [at for at, url in seen if "/v1/workers?" in url]
     assert len(topics) >= 3 and len(workers) >= 3, seen
-    for calls in (topics, workers):
+    # When the browser started each request (its own clock, ms): the test process's events
+    # arrive late by however busy the machine is, so they would measure the machine.
+    started = await page.evaluate(
+        "performance.getEntriesByType('resource').map(e => [e.name, e.startTime])"
+    )
+    for path in ("/v1/topics?", "/v1/workers?"):
+        calls = sorted(at / 1000 for name, at in started if path in name)
+        assert len(calls) >= 3, started
         gaps = [b - a for a, b in itertools.pairwise(calls)]
-        assert min(gaps) >= 0.9, gaps  # 1 s apart, give or take the event's delivery
+        assert min(gaps) >= 0.95, (path, gaps)  # each starts a second after the last one
     assert not [at for at in topics if at > workers[0]], seen  # the hidden view stopped
