@@ -136,7 +136,7 @@ class Api:
             raise MalformedRequest(None, "request body must be a JSON object")
         return body
 
-    def _namespace(
+    def namespace(
         self, request: web.Request, query: schema.NamespaceQuery | None = None
     ) -> Namespace:
         """The route's namespace: from ``query`` (a route whose query model is another,
@@ -150,7 +150,7 @@ class Api:
     def _ref(self, request: web.Request, query: schema.NamespaceQuery | None = None) -> TopicRef:
         tenant = validate_name(request.match_info["tenant"], "tenant")
         topic = validate_name(request.match_info["topic"], "topic")
-        return TopicRef(self._namespace(request, query), tenant, topic)
+        return TopicRef(self.namespace(request, query), tenant, topic)
 
     def view(self, topic: Topic, *, secret: bool = False) -> answers.TopicView:
         ref = topic.ref
@@ -208,7 +208,7 @@ class Api:
         await self.auth.admin(request)
         tenant = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TopicIn, await self._object(request))
-        ns = self._namespace(request) if body.namespace is None else Namespace(body.namespace)
+        ns = self.namespace(request) if body.namespace is None else Namespace(body.namespace)
         ref = TopicRef(ns, tenant, body.topic)
         changes = schema.given(body)
         for name in ("topic", "qps", "namespace"):
@@ -230,7 +230,7 @@ class Api:
         await self.auth.tenant_or_admin(request, request.match_info["tenant"])
         tenant = validate_name(request.match_info["tenant"], "tenant")
         await self.config.get_tenant(tenant)
-        topics = await self.config.list_topics(self._namespace(request), tenant)
+        topics = await self.config.list_topics(self.namespace(request), tenant)
         return web.json_response(answers.Topics(topics=[self.view(t) for t in topics]))
 
     async def show_topic(self, request: web.Request) -> web.Response:
@@ -338,7 +338,7 @@ class Api:
         await self.auth.admin(request)
         if self.fleet is None:
             raise BackendUnavailable("this API has no view of the worker fleet")
-        state = await self.fleet.state(self._namespace(request))
+        state = await self.fleet.state(self.namespace(request))
         rates = await self.history.source_rates() if self.history is not None else {}
         return web.json_response(_fleet_view(state, rates))
 

@@ -65,7 +65,7 @@ class Console:
     async def topics(self, request: web.Request) -> web.Response:
         """Every topic visible to the caller, with backlog, delayed and delivered/s."""
         who = await self.api.auth.principal(request)
-        namespace = self.api._namespace(request)  # (the query checked as every route's)
+        namespace = self.api.namespace(request)  # (the query checked as every route's)
         if who.tenant is None:
             tenants = [t.name for t in await self.api.config.list_tenants()]
         else:
