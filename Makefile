@@ -25,17 +25,18 @@ $(STAMP): pyproject.toml
 # tests' histories) is built once. Then the `serial` tests (they judge timing: quota per second,
 # latency, recovery time, Hypothesis deadlines, benchmarks) alone, with the machine quiet again.
 # `make test` fails if either pass fails; a pass that selects nothing (exit 5, e.g. PYTEST_ARGS
-# naming one file) is no failure unless both select nothing.
+# naming one file) is no failure unless both select nothing. Each pass prints its 15 slowest
+# tests: the suite must stay well under 15 minutes, and that list says where the time goes.
 PYTEST_WORKERS ?= 3
 
 test: install
 	$(VENV)/bin/ruff check .
 	@parallel=0; serial=0; \
 	echo "pytest, parallel pass: -n $(PYTEST_WORKERS) -m 'not serial'"; \
-	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" $(PYTEST_ARGS) \
+	$(PY) -m pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not serial" --durations=15 $(PYTEST_ARGS) \
 		|| parallel=$$?; \
 	echo "pytest, serial pass: -m serial"; \
-	$(PY) -m pytest -p no:xdist -m serial $(PYTEST_ARGS) || serial=$$?; \
+	$(PY) -m pytest -p no:xdist -m serial --durations=15 $(PYTEST_ARGS) || serial=$$?; \
 	if [ $$parallel = 5 ] && [ $$serial = 5 ]; then echo "make test: no test selected"; exit 5; fi; \
 	[ $$parallel = 5 ] && parallel=0; [ $$serial = 5 ] && serial=0; \
 	[ $$parallel = 0 ] && [ $$serial = 0 ] \
