@@ -57,7 +57,10 @@ import uvloop
 from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
 from emq.bench.priority import w9, w10
-from emq.bench.workloads import WORKLOADS, w2, w2_noop, w3, w4, w5, w6, w6b, w11
+from emq.bench.workloads import WORKLOADS, w2, w2_noop
+from emq.bench.workloads_idle import w4, w5
+from emq.bench.workloads_isolation import w6, w6b
+from emq.bench.workloads_pace import w3, w11
 from emq.core.errors import EmqError
 
 SUMMARY_EXTRA = {

@@ -5,7 +5,8 @@
   ``config show``.
 * :mod:`emq.cli.common` — what the API commands share: the token, the client run, tables, flags.
 * :mod:`emq.cli.tenants`, :mod:`emq.cli.topics`, :mod:`emq.cli.enqueue`, :mod:`emq.cli.dlq`,
-  :mod:`emq.cli.fleet` — the API's commands; :mod:`emq.cli.capacity` — ``history`` and ``plan``;
+  :mod:`emq.cli.fleet` — the API's commands; :mod:`emq.cli.history` — ``history``;
+  :mod:`emq.cli.capacity` — ``plan`` (and ``bench plan``);
   :mod:`emq.cli.zk` — ``zk secure``; :mod:`emq.cli.services` — ``stack``, ``api``, ``worker``,
   ``demo``; :mod:`emq.cli.bench` — ``bench``.
 

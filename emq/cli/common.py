@@ -93,9 +93,18 @@ def print_json(value: object) -> None:
     print(json.dumps(value, indent=2))
 
 
-def table(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str) -> None:
-    """Print ``rows`` in aligned columns under ``headers`` (``empty`` when there are none)."""
-    cells = [list(headers)] + [[_cell(v) for v in row] for row in rows]
+def table(
+    headers: Sequence[str],
+    rows: Iterable[Sequence[object]],
+    empty: str,
+    max_chars: int | None = 60,
+) -> None:
+    """Print ``rows`` in aligned columns under ``headers`` (``empty`` when there are none).
+
+    A cell longer than ``max_chars`` is cut (``None``: never, for a table whose last column is
+    a sentence to read whole, such as a plan's notes and errors).
+    """
+    cells = [list(headers)] + [[_cell(v, max_chars) for v in row] for row in rows]
     if len(cells) == 1:
         print(empty)
         return
@@ -104,9 +113,9 @@ def table(headers: Sequence[str], rows: Iterable[Sequence[object]], empty: str) 
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip())
 
 
-def _cell(value: object) -> str:
+def _cell(value: object, max_chars: int | None) -> str:
     text = "-" if value is None or value == "" else _printable(str(value))
-    return text if len(text) <= 60 else text[:57] + "..."
+    return text if max_chars is None or len(text) <= max_chars else text[: max_chars - 3] + "..."
 
 
 def _printable(text: str) -> str:

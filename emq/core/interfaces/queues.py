@@ -1,19 +1,11 @@
-"""The seams: small abstract classes that ``adapters``, ``allocator`` and ``worker`` implement.
+"""The queue store seam: offsets, entries, checkpoints, what is put and dead-lettered, the
+store's health, and :class:`QueueBackend` seen through one role per user.
 
-* :class:`QueueBackend` — physical queues as append-only logs with offsets, checkpoints guarded
-  by an owner epoch, backlog and trimming (``adapters``: Redis standalone/Cluster, in-memory),
-  seen by its users through one role each: :class:`JobProducer` (put, count what waits),
-  :class:`GroupOwner` (a worker: claim, read, checkpoint, trim, retry, dead-letter),
-  :class:`DeadLetterAdmin` (list and replay dead letters); :class:`ApiQueues` is the API's two.
-* :class:`ConfigStore` — tenants and topics, versioned and watchable (``adapters``: ZooKeeper,
-  in-memory).
-* :class:`AssignmentSource` — which groups this worker owns, with their epochs (``allocator``:
-  the ZooKeeper fleet; ``worker``: the standalone "own everything" source).
-* :class:`Pusher` — delivers one HTTP request (``worker``: the aiohttp push executor).
-* :class:`FleetView` — the fleet's members and assignment, for operators (``allocator``).
-
-Callers depend on these only; the composition root (``emq.cli.main`` / ``emq.compose``) picks the
-concrete classes. Every resource is an async context manager with ``aclose()``.
+* :class:`JobProducer` — what the API needs to accept jobs and show a topic: put, count.
+* :class:`GroupOwner` — what a worker needs: claim, read, checkpoint, trim, retry, dead-letter.
+* :class:`DeadLetterAdmin` — what an operator needs: list and replay dead letters.
+* :class:`ApiQueues` — the API's two; :class:`QueueBackend` — all of them, what the adapters
+  implement (``adapters``: Redis standalone/Cluster, in-memory).
 """
 
 from __future__ import annotations
@@ -21,22 +13,12 @@ from __future__ import annotations
 import abc
 import re
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from types import TracebackType
-from typing import NamedTuple, Protocol, Self
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple, Protocol
 
-from emq.core.model import (
-    DLQ_DEFAULTS,
-    DlqRetention,
-    GroupRef,
-    Namespace,
-    Priority,
-    QueueRef,
-    Tenant,
-    Topic,
-    TopicRef,
-)
+from emq.core.interfaces.resource import AsyncResource
+from emq.core.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
 
 _OFFSET_RE = re.compile(r"^(\d+)-(\d+)$")
 
@@ -80,25 +62,6 @@ class Checkpoint:
 
     offset: Offset
     epoch: int
-
-
-class AsyncResource(abc.ABC):
-    """Something holding connections or tasks: use ``async with`` or call ``aclose()``."""
-
-    async def __aenter__(self) -> Self:
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.aclose()
-
-    @abc.abstractmethod
-    async def aclose(self) -> None:
-        """Release every connection and task; calling it twice is harmless."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -366,229 +329,3 @@ class QueueBackend(JobProducer, DeadLetterAdmin, GroupOwner, AsyncResource):
     """
 
     health: BackendHealth = BackendHealth()  # replaced per instance by backends that track it
-
-
-class ConfigStore(AsyncResource):
-    """Tenants and topics: versioned, so concurrent admins never overwrite each other."""
-
-    @abc.abstractmethod
-    async def ping(self) -> None:
-        """Check the store answers; ``BackendUnavailable`` if it does not."""
-
-    @abc.abstractmethod
-    async def create_tenant(self, tenant: Tenant) -> None:
-        """Store a new tenant; :class:`~emq.core.errors.AlreadyExists` if the name is taken."""
-
-    @abc.abstractmethod
-    async def get_tenant(self, name: str) -> Tenant:
-        """One tenant; :class:`~emq.core.errors.NotFound` if there is none by that name."""
-
-    @abc.abstractmethod
-    async def list_tenants(self) -> list[Tenant]:
-        """Every tenant, sorted by name."""
-
-    @abc.abstractmethod
-    async def create_topic(self, topic: Topic) -> None:
-        """Store a new topic of an existing tenant; ``AlreadyExists`` if the name is taken."""
-
-    @abc.abstractmethod
-    async def get_topic(self, ref: TopicRef) -> Topic:
-        """One topic; ``NotFound`` if the tenant or the topic does not exist."""
-
-    @abc.abstractmethod
-    async def update_topic(self, ref: TopicRef, change: Callable[[Topic], Topic]) -> Topic:
-        """Apply ``change`` to the stored topic atomically (compare-and-set, retried on races).
-
-        ``change`` may raise to abort; returns the stored result.
-        """
-
-    @abc.abstractmethod
-    async def list_topics(self, namespace: Namespace, tenant: str | None = None) -> list[Topic]:
-        """The topics of a namespace (of one tenant if given), sorted by reference."""
-
-    @abc.abstractmethod
-    def watch_topics(self, namespace: Namespace) -> AsyncIterator[Mapping[TopicRef, Topic]]:
-        """Yield the namespace's whole topic map now and after every change (within ~2 s)."""
-
-
-@dataclass(frozen=True, slots=True)
-class OwnedGroups:
-    """What a worker owns: each group with its owner epoch, under an assignment generation.
-
-    The generation only grows; a worker ignores a snapshot older than the one it acts on.
-    """
-
-    generation: int
-    groups: Mapping[GroupRef, int] = field(default_factory=dict)
-
-
-class AssignmentSource(AsyncResource):
-    """Tells one worker which groups it owns. The fleet implementation lives in ``allocator``."""
-
-    @abc.abstractmethod
-    def current(self) -> OwnedGroups:
-        """The latest snapshot (possibly empty before the first assignment arrives)."""
-
-    @abc.abstractmethod
-    def updates(self) -> AsyncIterator[OwnedGroups]:
-        """Yield a snapshot whenever ownership changes (including self-fencing to empty)."""
-
-    @abc.abstractmethod
-    async def release(self, group: GroupRef, epoch: int) -> None:
-        """Tell the fleet this worker has stopped touching ``group`` (handover may proceed)."""
-
-    async def run(self) -> None:
-        """Follow the coordinator until cancelled: the worker runs it as a task beside itself.
-
-        A source that has nothing to follow returns at once."""
-        return None
-
-    def advertise(self, info: Mapping[str, str]) -> None:
-        """Publish ``info`` about this worker (``{"metrics": "host:port"}``) where the fleet's
-        members are listed; call before the source runs. Ignored where there is no fleet."""
-        return None
-
-    def vouched(self, until: float) -> None:
-        """The queue store confirmed, in a check sent at ``until`` minus its validity, that the
-        worker still holds every group it kept (it dropped the others): the source may let it
-        fetch and dispatch until the monotonic time ``until`` even cut off from its coordinator.
-        """
-        return None
-
-    def may_fetch(self) -> bool:
-        """False while the source has lost touch with its coordinator: fetch nothing new.
-
-        Buffered jobs may still be dispatched (see :meth:`may_dispatch`). Cheap: the worker asks
-        every tick.
-        """
-        return True
-
-    def may_dispatch(self) -> bool:
-        """False while this worker's ownership cannot be vouched for: start no push.
-
-        In a fleet, ownership is a lease renewed by talking to ZooKeeper, or vouched for by the
-        queue store (:meth:`vouched`); once both run out (or the worker self-fenced and has not
-        yet dropped its groups) another worker may own them.
-        Cheap: the worker asks every tick and before every push.
-        """
-        return True
-
-
-@dataclass(frozen=True, slots=True)
-class FleetMember:
-    """One registered worker and what the current assignment gives it."""
-
-    id: str
-    host: str = ""
-    pid: int = 0
-    weight: int = 1
-    started_at: float = 0.0
-    groups: Mapping[str, int] = field(default_factory=dict)  # str(GroupRef) -> owner epoch
-    metrics: str = ""  # host:port of its /metrics ("" if it serves none)
-    leader: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class FleetState:
-    """The fleet of a namespace as ZooKeeper has it: members, leader, the assignment.
-
-    ``orphans`` are groups the assignment gives to a worker that is not registered (a member
-    that just left, before the leader re-assigned its groups): str(GroupRef) -> that worker.
-    """
-
-    namespace: Namespace
-    generation: int = 0
-    leader: str | None = None
-    assigned_at: float = 0.0
-    members: Sequence[FleetMember] = ()
-    orphans: Mapping[str, str] = field(default_factory=dict)
-
-
-class FleetView(AsyncResource):
-    """Reads the fleet's state for operators (``GET /v1/workers``, ``emq fleet workers``)."""
-
-    @abc.abstractmethod
-    async def state(self, namespace: Namespace) -> FleetState:
-        """Members, leader and assignment now; ``BackendUnavailable`` if ZooKeeper is down."""
-
-
-class PushRequest(NamedTuple):
-    """One HTTP request to deliver, already signed (a named tuple: one is made per push)."""
-
-    url: str
-    method: str
-    headers: Mapping[str, str]
-    body: bytes | None
-    endpoint: str  # the concurrency-cap key: one topic's endpoint
-
-
-class PushResult(NamedTuple):
-    """What the endpoint answered: ``status`` 0 means no HTTP response (see ``error``)."""
-
-    status: int
-    elapsed_s: float
-    retry_after_s: float | None = None
-    error: str | None = None
-
-
-class Pusher(AsyncResource):
-    """Delivers HTTP requests (one session, fixed sender pool, per-endpoint caps)."""
-
-    @abc.abstractmethod
-    async def push(self, request: PushRequest) -> PushResult:
-        """Send ``request``; raises ``DestinationRefused`` if the SSRF guard refuses it."""
-
-
-@dataclass(frozen=True, slots=True)
-class HistoryRow:
-    """One source's traffic of one topic over one interval (the capacity planner's input).
-
-    Several rows may share a topic and an interval (the API and every worker owning one of its
-    groups write their own); readers add the counters up and weight the latencies.
-    """
-
-    interval_start: int  # epoch seconds, a multiple of interval_s
-    interval_s: int
-    namespace: str
-    tenant: str
-    topic: str
-    source: str  # "api" or a worker id
-    enqueued: int = 0
-    delivered: int = 0
-    throttled_backlog: int = 0  # jobs buffered and waiting for quota at the interval's end
-    failed: int = 0
-    retried: int = 0
-    dead_lettered: int = 0
-    p50_ms: float = 0.0
-    p99_ms: float = 0.0
-    quota: int = 0
-    groups: int = 0
-
-
-class HistoryStore(AsyncResource):
-    """Where traffic history is recorded until ``emq history export`` takes it."""
-
-    @abc.abstractmethod
-    async def record(self, rows: Sequence[HistoryRow]) -> None:
-        """Append rows (one round trip)."""
-
-    @abc.abstractmethod
-    def read(
-        self, since_s: int | None = None, batch: int = 10_000
-    ) -> AsyncIterator[list[HistoryRow]]:
-        """Yield the recorded rows, oldest first, in batches."""
-
-    @abc.abstractmethod
-    async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
-        """Publish ``source``'s current delivered/s per topic (``str(TopicRef)``)."""
-
-    @abc.abstractmethod
-    async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
-        """Delivered/s of a topic: the sum over sources that published within ``max_age_s``."""
-
-    async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
-        """Delivered/s per source (a worker id) and topic, from sources fresh within ``max_age_s``.
-
-        A store that cannot tell answers ``{}``.
-        """
-        return {}

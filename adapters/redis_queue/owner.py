@@ -1,0 +1,338 @@
+"""The owner role on Redis (:class:`~emq.core.interfaces.GroupOwner`), what a worker needs: claim
+and fence groups, read queues, commit checkpoints, trim, and learn which groups got work.
+(Delayed jobs and dead letters, the owner's other writes, are in
+:mod:`~adapters.redis_queue.delayed` and :mod:`~adapters.redis_queue.dead_letters`.)
+
+Every write carries the owner's epoch and is refused inside the script that would write once a
+newer owner claimed the group. The batch scripts (READ, WRITE_CHECKPOINTS, TRIM_MANY) take many
+groups of one Cluster slot per call: a worker owning 10 000 queues reads and commits them in a
+few commands. Ready signals are read by XREAD BLOCK on the dedicated blocking client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from redis.commands.core import AsyncScript
+
+from adapters.redis_conn import translated
+from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
+from adapters.redis_queue.lua import FENCE, OFFSETS
+from adapters.redis_replies import (
+    BatchItem,
+    counts_of,
+    cursor_of,
+    entries_of,
+    offset_of,
+    ready_names,
+    text,
+)
+from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import Checkpoint, Entry, Offset
+from emq.core.model import GroupRef, QueueRef
+
+_READ_QUEUES = 128  # queues per READ script (each up to a fetch's count of entries)
+_BLOCK_GRACE_S = 2.0  # a blocking read not answered this long after its BLOCK time: server hung
+
+# KEYS: streams  ARGV: per stream, the offset to read after and its count
+# -> per stream, its next (up to its count) entries as one flat array: offset, payload, offset, ...
+# (a payload is false if an entry has no field 'd'). XRANGE for many queues in one call: a
+# fetch of 10 000 queues costs a few commands instead of 10 000, and the flat reply is much
+# cheaper for redis-py to take apart than XRANGE's (offset, {field: value}) pairs.
+READ = """
+local out = {}
+for i = 1, #KEYS do
+  local flat = {}
+  local entries = redis.call('XRANGE', KEYS[i], '(' .. ARGV[2 * i - 1], '+', 'COUNT', ARGV[2 * i])
+  for _, entry in ipairs(entries) do
+    local fields, payload = entry[2], false
+    for f = 1, #fields, 2 do
+      if fields[f] == 'd' then payload = fields[f + 1] end
+    end
+    flat[#flat + 1] = entry[1]
+    flat[#flat + 1] = payload
+  end
+  out[i] = flat
+end
+return out
+"""
+
+
+# KEYS: epoch, holder  ARGV: epoch, holder -> {0, current} fenced | {1, previous holder or ''}
+# The holder is the claiming worker process; it deletes it when it lets go cleanly
+# (RELEASE_HOLDS), so a claim that finds another one knows its former holder may still push.
+CLAIM = (
+    FENCE
+    + """
+local current = fenced(KEYS[1], ARGV[1])
+if current then return {0, current} end
+redis.call('SET', KEYS[1], ARGV[1])
+local previous = redis.call('GET', KEYS[2]) or ''
+if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+return {1, previous}
+"""
+)
+
+# KEYS: holders  ARGV: holder -> how many were released (the ones ``holder`` still held)
+RELEASE_HOLDS = """
+local n = 0
+for i = 1, #KEYS do
+  if redis.call('GET', KEYS[i]) == ARGV[1] then
+    redis.call('DEL', KEYS[i])
+    n = n + 1
+  end
+end
+return n
+"""
+
+# commit(checkpoint_key, epoch_key, stream_key, epoch, offset)
+# -> {0, current} fenced | {1, entries newly committed}
+# Counts the entries in (old, new] in pages so the count is exact however far the offset moved;
+# a commit normally covers about a second of a <= 150 QPS queue.
+_COMMIT = (
+    FENCE
+    + OFFSETS
+    + """
+local function commit(ckpt_key, epoch_key, stream_key, epoch, offset)
+  local current = fenced(epoch_key, epoch)
+  if current then return {0, current} end
+  local old = redis.call('HMGET', ckpt_key, 'o', 'n')
+  local from = '-'
+  if old[1] then
+    local ms, seq = split_id(old[1])
+    local new_ms, new_seq = split_id(offset)
+    if new_ms < ms or (new_ms == ms and new_seq <= seq) then return {1, 0} end
+    from = '(' .. old[1]
+  end
+  local counted = 0
+  while true do
+    local page = redis.call('XRANGE', stream_key, from, offset, 'COUNT', 1000)
+    counted = counted + #page
+    if #page < 1000 then break end
+    from = '(' .. page[#page][1]
+  end
+  local total = (tonumber(old[2]) or 0) + counted
+  redis.call('HSET', ckpt_key, 'o', offset, 'e', epoch, 'n', string.format('%d', total))
+  return {1, counted}
+end
+"""
+)
+
+# KEYS: (stream, checkpoint, epoch) per item, all of one slot  ARGV: one string, a line
+# "<epoch> <offset>" per item (one argument instead of two per item: redis-py packs each
+# argument in Python) -> the 1-based numbers of the items that were fenced (and changed
+# nothing); the others are applied.
+WRITE_CHECKPOINTS = (
+    _COMMIT
+    + """
+local refused = {}
+local i = 0
+for epoch, offset in string.gmatch(ARGV[1], '(%S+) (%S+)') do
+  local k = 3 * i
+  i = i + 1
+  local done = commit(KEYS[k + 2], KEYS[k + 3], KEYS[k + 1], epoch, offset)
+  if done[1] == 0 then refused[#refused + 1] = i end
+end
+return refused
+"""
+)
+
+# cut(stream_key, checkpoint_key, epoch_key, epoch, retain) -> {0, current} fenced | {1, removed}
+# Only entries at or below the checkpoint go, and of those the newest ``retain`` stay: the
+# exact (not ``~``) MINID is the oldest entry to keep, or the id right after the checkpoint.
+_CUT = (
+    FENCE
+    + OFFSETS
+    + """
+local function cut(stream_key, ckpt_key, epoch_key, epoch, retain_arg)
+  local current = fenced(epoch_key, epoch)
+  if current then return {0, current} end
+  local committed = redis.call('HGET', ckpt_key, 'o')
+  if not committed then return {1, 0} end
+  local retain = tonumber(retain_arg)
+  local minid = id_after(committed)
+  if retain > 0 then
+    local kept = redis.call('XREVRANGE', stream_key, committed, '-', 'COUNT', retain)
+    if #kept < retain then return {1, 0} end
+    minid = kept[#kept][1]
+  end
+  return {1, redis.call('XTRIM', stream_key, 'MINID', '=', minid)}
+end
+"""
+)
+
+# KEYS: (stream, checkpoint, epoch) per item, all of one slot  ARGV: one string, a line
+# "<epoch> <retain>" per item -> the 1-based numbers of the items that were fenced (and
+# changed nothing); the others are applied.
+TRIM_MANY = (
+    _CUT
+    + """
+local refused = {}
+local i = 0
+for epoch, retain in string.gmatch(ARGV[1], '(%S+) (%S+)') do
+  local k = 3 * i
+  i = i + 1
+  local done = cut(KEYS[k + 1], KEYS[k + 2], KEYS[k + 3], epoch, retain)
+  if done[1] == 0 then refused[#refused + 1] = i end
+end
+return refused
+"""
+)
+
+
+class RedisOwner(RedisQueueBase):
+    """Claim, read, commit and trim the groups a worker owns; wait for ready signals."""
+
+    def _register_scripts(self) -> None:
+        super()._register_scripts()
+        self._read = self._script(READ)
+        self._claim = self._script(CLAIM)
+        self._release_holds = self._script(RELEASE_HOLDS)
+        self._write_checkpoints = self._script(WRITE_CHECKPOINTS)
+        self._trim_many = self._script(TRIM_MANY)
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        """One READ script per Cluster slot and :data:`_READ_QUEUES` queues (see the script)."""
+        counts = counts_of(requests, count)
+        chunks = self._per_slot(counts, lambda q: self._queue_keys(q).slot, _READ_QUEUES)
+        commands = [
+            self._eval(
+                self._read,
+                [self._queue_keys(q).stream for q in chunk],
+                tuple(a for q in chunk for a in (str(requests[q]), counts[q])),
+            )
+            for chunk in chunks
+        ]
+        if not commands:
+            return {}
+        replies = await self._pipeline(commands, "read")
+        out: dict[QueueRef, list[Entry]] = {}
+        for chunk, reply in zip(chunks, replies, strict=True):
+            for queue, flat in zip(chunk, reply, strict=True):
+                if flat:
+                    out[queue] = entries_of(queue, flat)
+        return out
+
+    async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
+        keys = (self._keys.epoch(group), self._keys.holder(group))
+        reply = await self._call(self._eval(self._claim, keys, (epoch, holder)), "claim")
+        previous = text(self._fenced_result(reply, group, epoch, "claim"))
+        return previous not in ("", holder)
+
+    async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
+        holders = [self._keys.holder(g) for g in groups]
+        chunks = self._per_slot(holders, self._slot)
+        commands = [self._eval(self._release_holds, chunk, (holder,)) for chunk in chunks]
+        await self._pipeline(commands, "release_holds")
+
+    async def check_holds(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> set[GroupRef]:
+        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined)."""
+        wanted = holder.encode()
+        keys = [self._hold_keys(g) for g, _ in groups]
+        chunks = self._per_slot(range(len(groups)), lambda i: self._slot(keys[i][0]))
+        commands = [("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
+        lost = set()
+        for chunk, reply in zip(chunks, await self._pipeline(commands, "check_holds"), strict=True):
+            for n, i in enumerate(chunk):
+                found, epoch = reply[2 * n], reply[2 * n + 1]
+                group, mine = groups[i]
+                if (found is not None and found != wanted) or int(epoch or 0) > mine:
+                    lost.add(group)
+        return lost
+
+    def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
+        """The holder and epoch keys of ``group``, cached: a worker checks all its groups
+        several times a second, and spelling the keys costs more than reading them."""
+        keys = self._holder_keys.get(group)
+        if keys is None:
+            if len(self._holder_keys) >= KEY_CACHE_MAX:
+                self._holder_keys.clear()
+            keys = self._holder_keys[group] = (self._keys.holder(group), self._keys.epoch(group))
+        return keys
+
+    async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
+        offset, epoch = await self._call(
+            ("HMGET", self._keys.checkpoint(queue), "o", "e"), "read_checkpoint"
+        )
+        if offset is None:
+            return None
+        return Checkpoint(offset_of(offset), int(epoch))
+
+    async def write_checkpoints(
+        self, items: Sequence[tuple[QueueRef, Offset, int]]
+    ) -> set[GroupRef]:
+        """Many checkpoint writes, (queue, offset, epoch) each, in one round trip.
+
+        One WRITE_CHECKPOINTS script per Cluster slot and 500 items, its arguments packed in one
+        string: redis-py spends ~20 us of Python per pipelined command and ~1 us per argument,
+        so 3000 EVALSHAs would cost far more than their work. Returns the groups with a fenced
+        item (those items changed nothing); never raises Fenced.
+        """
+        batch = [(q.group, self._queue_keys(q), f"{e} {o}") for q, o, e in items]
+        return await self._fenced_batch(self._write_checkpoints, batch, "write_checkpoints")
+
+    async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
+        """Many trims, (queue, epoch, retain) each, in one round trip.
+
+        Returns the groups with a fenced item (those items trimmed nothing); never raises Fenced.
+        """
+        batch = [(q.group, self._queue_keys(q), f"{e} {max(0, r)}") for q, e, r in items]
+        return await self._fenced_batch(self._trim_many, batch, "trim_many")
+
+    async def _fenced_batch(
+        self, script: AsyncScript, batch: Sequence[BatchItem], what: str
+    ) -> set[GroupRef]:
+        """Run ``script`` over ``batch`` per slot; the groups of the items it reports fenced."""
+        chunks = self._per_slot(batch, lambda item: item[1].slot)
+        commands = [
+            self._eval(
+                script,
+                [key for _, keys, _ in chunk for key in keys[:3]],
+                ("\n".join(args for _, _, args in chunk),),
+            )
+            for chunk in chunks
+        ]
+        replies = await self._pipeline(commands, what)
+        return {
+            chunk[int(n) - 1][0]
+            for chunk, reply in zip(chunks, replies, strict=True)
+            for n in reply
+        }
+
+    async def wait_ready(
+        self, cursor: str | None, timeout_s: float, count: int = 10_000
+    ) -> tuple[str, list[str]]:
+        """Wait up to ``timeout_s`` for ready signals after ``cursor``; (new cursor, group names).
+
+        ``cursor=None`` means "signals from now on" and is resolved to the newest signal's id,
+        so a signal made before the next call is never lost. Names are ``str(GroupRef)``,
+        deduplicated, in signal order, from at most ``count`` signals. On timeout the names are
+        empty and the cursor is the (resolved) one given. A worker more than ~READY_MAXLEN
+        signals behind misses the trimmed ones: signals are hints, its sweep covers them.
+        """
+        key = self._keys.ready()
+        block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s) + _BLOCK_GRACE_S):
+                with translated("wait_ready"):
+                    after = await self._ready_tail(key) if cursor is None else cursor_of(cursor)
+                    reply = await self._blocking.xread({key: after}, max(1, count), block)
+        except TimeoutError as e:  # the server took the command but never answered
+            self.health.failed(f"no answer to a blocking read of {key}")
+            raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
+        return ready_names(reply, after)
+
+    async def _ready_tail(self, key: str) -> str:
+        """The newest signal's id, or ``0-0`` if none: every later signal sorts after it."""
+        newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
+        return text(newest[0][0]) if newest else "0-0"
