@@ -211,13 +211,15 @@ class ConnectionGuard:
         self._server = server
         self.loop = loop
 
+    @property
+    def bound(self) -> bool:
+        return self._server is not None
+
     def __call__(self) -> GuardedConnection:
-        if self._server is None:
-            raise RuntimeError("the app has not started: bind() first")
         return GuardedConnection(self)
 
     def make_handler(self) -> web.RequestHandler:
-        assert self._server is not None  # checked by __call__
+        assert self._server is not None  # GuardedRunner.listen() checks bound
         return JsonErrorHandler(self._server, loop=self.loop, **self._handler_kwargs)
 
     @web.middleware
@@ -267,6 +269,8 @@ class GuardedRunner:
         self, host: str, port: int, *, backlog: int = 128, reuse_address: bool | None = None
     ) -> int:
         """Accept connections on ``host:port``; the port bound (``port`` 0: a free one)."""
+        if not self.guard.bound:
+            raise RuntimeError("call setup() before listen()")
         loop = asyncio.get_running_loop()
         listener = await loop.create_server(
             self.guard, host, port, backlog=backlog, reuse_address=reuse_address
