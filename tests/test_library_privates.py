@@ -14,6 +14,9 @@ check reads the sources of ``emq/``, ``adapters/``, ``allocator/`` and ``worker/
 Our own private attributes are never flagged for being private: only the names the libraries
 themselves use are looked for, and ``self._x`` in our own classes (not derived from a library's)
 is ours. The standard library is out of scope (``namedtuple._replace`` is its public API).
+``capacity/`` has none; ``spark/`` is not scanned: reaching the JVM (Hadoop's file system for a
+marker on HDFS/S3, the driver's pid) goes through PySpark's py4j gateway,
+``sparkContext._jvm``/``_jsc``, which has no public equivalent (this check finds those three).
 """
 
 from __future__ import annotations
