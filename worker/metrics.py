@@ -57,6 +57,7 @@ class WorkerMetrics:
         self.in_flight = Gauge("emq_worker_in_flight_jobs", "Pushes in flight", registry=r)
         self.groups = Gauge("emq_worker_groups", "Groups owned", registry=r)
         self.loop_lag = Gauge("emq_worker_event_loop_lag_seconds", "Event-loop lag", registry=r)
+        self.last_loop_lag_s = 0.0  # the gauge's value, readable without prometheus' privates
         self.send_limit = Gauge(
             "emq_worker_send_limit", "Pushes allowed at once (fewer when CPU-bound)", registry=r
         )
@@ -86,7 +87,8 @@ class WorkerMetrics:
         while True:
             start = time.perf_counter()
             await asyncio.sleep(interval_s)
-            self.loop_lag.set(max(0.0, time.perf_counter() - start - interval_s))
+            self.last_loop_lag_s = max(0.0, time.perf_counter() - start - interval_s)
+            self.loop_lag.set(self.last_loop_lag_s)
 
     async def handle(self, request: web.Request) -> web.Response:
         return web.Response(

@@ -72,7 +72,6 @@ def make_runner(app: web.Application, api: ApiSettings) -> GuardedRunner:
         ConnectionLimits(api.max_connections, api.header_timeout_s),
         access_log=None,  # per-request logging would cost more than the request itself
         shutdown_timeout=1.0,
-        handle_signals=False,
         keepalive_timeout=api.keepalive_timeout_s,
         lingering_time=LINGER_S,
     )
@@ -110,8 +109,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
     try:
         await runner.setup()
-        site = web.TCPSite(runner, host, port, backlog=2048, reuse_address=True)
-        await site.start()
+        await runner.listen(host, port, backlog=2048, reuse_address=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -122,7 +120,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         started = time.monotonic()
         log.info("emq api stopping: %d requests in progress", drain.in_progress)
         drain.draining = True
-        await site.stop()
+        runner.stop_listening()
         if not await drain.wait_idle(api.shutdown_grace_s):
             log.warning("%d requests still running after the grace period", drain.in_progress)
         log.info("emq api drained in %.2f s", time.monotonic() - started)

@@ -15,9 +15,9 @@ from typing import Any
 
 import aiohttp
 import pytest
-from aiohttp import web
 
 from emq.api import ApiSettings, make_app
+from emq.api.guard import GuardedRunner
 from emq.api.server import make_runner
 from emq.compose import open_config, open_queues
 from emq.core.errors import ConfigError
@@ -119,7 +119,7 @@ LIMITS = ApiSettings(header_timeout_s=0.5, body_timeout_s=1.0, max_connections=2
 
 
 class Served:
-    def __init__(self, runner: web.AppRunner, port: int) -> None:
+    def __init__(self, runner: GuardedRunner, port: int) -> None:
         self.runner = runner
         self.port = port
 
@@ -157,15 +157,13 @@ async def serve_api(settings: Settings) -> AsyncIterator[Any]:
     """Start ``emq api``'s server (its runner) with the given limits, on a free port."""
     queues = await open_queues(settings)
     config = await open_config(settings)
-    runners: list[web.AppRunner] = []
+    runners: list[GuardedRunner] = []
 
     async def start(limits: ApiSettings) -> Served:
         runner = make_runner(make_app(settings, limits, config, queues), limits)
         await runner.setup()
         runners.append(runner)
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        return Served(runner, site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
+        return Served(runner, await runner.listen("127.0.0.1", 0))
 
     yield start
     for runner in runners:

@@ -18,14 +18,12 @@ from dataclasses import replace
 from pathlib import Path
 
 import pytest
-from aiohttp import web
 
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
 from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
-from emq.stack import free_port
 from tests.api.conftest import ADMIN
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -67,8 +65,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs)
     runner = make_runner(app, ApiSettings())
     await runner.setup()
-    port = free_port()
-    await web.TCPSite(runner, "127.0.0.1", port).start()
+    port = await runner.listen("127.0.0.1", 0)
     try:
         yield f"http://127.0.0.1:{port}"
     finally:
