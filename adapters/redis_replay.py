@@ -208,8 +208,8 @@ class RedisReplayStore:
         """Per group: how many letters are selected, and where its cursor starts and ends."""
         selection = replay.selection
         if selection.ids is not None:
-            by_group = selection.ids_by_group()
-            return {g: (len(ids), {"_ids": ids}) for g, ids in by_group.items() if g < replay.groups}
+            by_group = selection.ids_by_group().items()
+            return {g: (len(ids), {"_ids": ids}) for g, ids in by_group if g < replay.groups}
         groups = replay.group_refs()
         commands = [self._eval(self._extent, (self._keys.dlq(g),), ()) for g in groups]
         extents = await self._run(commands, "replay extent")
@@ -234,7 +234,7 @@ class RedisReplayStore:
             end = min(newest, until, key=_id_key)
         count, after, dlq = 0, cursor, self._keys.dlq(group)
         while _id_key(after) < _id_key(end):
-            (n, last), = await self._run(
+            ((n, last),) = await self._run(
                 [self._eval(self._count, (dlq,), (after, end, COUNT_STEP))], "replay count"
             )
             count += int(n)
@@ -264,7 +264,7 @@ class RedisReplayStore:
             skipped = max(skipped, replay.total - moved)  # the rest left the DLQ meanwhile
         return Progress(replay, moved, skipped)
 
-    async def list(self, topic: TopicRef, limit: int) -> list[Progress]:
+    async def latest(self, topic: TopicRef, limit: int) -> list[Progress]:
         index = self._keys.replays(topic)
         (ids,) = await self._run([("ZREVRANGE", index, 0, max(0, limit - 1))], "list replays")
         out = []

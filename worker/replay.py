@@ -128,7 +128,7 @@ class ReplayMover:
                 slices = await self.store.move(held.replay, counts)
             except BackendUnavailable:
                 raise
-            except Exception as e:  # noqa: BLE001 - a replay that cannot move ends, the worker not
+            except Exception as e:  # a replay that cannot move ends; the worker goes on
                 log.exception("replay %s failed", replay_id)
                 await self._end(replay_id, ReplayState.FAILED, f"{type(e).__name__}: {e}")
                 continue

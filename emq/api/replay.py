@@ -11,10 +11,9 @@ from __future__ import annotations
 import time
 from typing import TYPE_CHECKING, Annotated
 
-from typing_extensions import TypedDict
-
 from aiohttp import web
 from pydantic import Field
+from typing_extensions import TypedDict
 
 from emq.core import schema
 from emq.core.errors import BackendUnavailable, InvalidInput, NotFound
@@ -110,12 +109,12 @@ class ReplayRoutes:
         progress = await self.store.get(ref, replay.id)
         return web.json_response(view(progress), status=201)
 
-    async def list(self, request: web.Request) -> web.Response:
+    async def latest(self, request: web.Request) -> web.Response:
         await self.api.auth.tenant_or_admin(request, request.match_info["tenant"])
         query = schema.query(ReplaysQuery, request.query)
         ref = self.api.topic_ref(request, query)
         await self.api.config.get_topic(ref)  # an unknown topic is 404, not an empty list
-        found = await self.store.list(ref, query.limit)
+        found = await self.store.latest(ref, query.limit)
         return web.json_response(Replays(replays=[view(p) for p in found]))
 
     async def show(self, request: web.Request) -> web.Response:
@@ -154,7 +153,7 @@ def add_routes(app: web.Application, api: Api, store: ReplayStore | None) -> Non
     app.router.add_routes(
         [
             web.post(PATH, routes.create),
-            web.get(PATH, routes.list),
+            web.get(PATH, routes.latest),
             web.get(PATH + "/{replay}", routes.show),
             web.delete(PATH + "/{replay}", routes.cancel),
             web.post(PATH + "/{replay}/cancel", routes.cancel),

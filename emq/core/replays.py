@@ -138,7 +138,7 @@ class ReplayStore(Protocol):
         """The replay with its counts; :class:`~emq.core.errors.NotFound` if unknown."""
         ...
 
-    async def list(self, topic: TopicRef, limit: int) -> list[Progress]:
+    async def latest(self, topic: TopicRef, limit: int) -> list[Progress]:
         """The topic's latest replays, newest first."""
         ...
 

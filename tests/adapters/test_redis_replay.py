@@ -44,8 +44,9 @@ async def _backlog(queues: QueueBackend, group: GroupRef) -> int:
     return sum(await queues.backlog(group.queues()))
 
 
-def _replay(groups: int, selection: Selection = Selection()) -> Replay:
-    return Replay(new_replay_id(), REF, groups, 10.0, selection, created_at=time.time())
+def _replay(groups: int, selection: Selection | None = None) -> Replay:
+    chosen = selection or Selection()
+    return Replay(new_replay_id(), REF, groups, 10.0, chosen, created_at=time.time())
 
 
 async def test_all_moves_each_letter_once_and_counts_right(backends) -> None:  # type: ignore[no-untyped-def]
@@ -112,7 +113,7 @@ async def test_cancel_stops_the_next_step_and_keeps_what_moved(backends) -> None
         await store.cancel(REF, done.id)
     with pytest.raises(NotFound):
         await store.get(TopicRef(Namespace.ONLINE, "acme", "other"), done.id)
-    assert [p.replay.id for p in await store.list(REF, 10)] == [done.id, replay.id]
+    assert [p.replay.id for p in await store.latest(REF, 10)] == [done.id, replay.id]
 
 
 async def test_one_lease_holder_at_a_time(backends) -> None:  # type: ignore[no-untyped-def]

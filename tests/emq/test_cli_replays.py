@@ -31,7 +31,15 @@ async def test_paced_replay_commands(emq_api: EmqApi, settings: Settings) -> Non
                             **as_acme)  # fmt: skip
     assert (one.json()["state"], one.json()["total"], one.json()["rate"]) == ("running", 6, 15)
     second = await emq_api.run(
-        "dlq", "replay", "acme", "orders", "--rate", "2", "--since", "2023-01-01", "--json",
+        "dlq",
+        "replay",
+        "acme",
+        "orders",
+        "--rate",
+        "2",
+        "--since",
+        "2023-01-01",
+        "--json",
         **as_acme,
     )
     assert second.json()["mode"] == "window" and second.json()["rate"] == 2
