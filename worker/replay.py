@@ -82,8 +82,13 @@ class ReplayMover:
     async def run(self) -> None:
         """Pace every replay this mover holds until cancelled; gives its leases up at the end."""
         refreshed = 0.0
+        task = asyncio.current_task()
         try:
             while True:
+                # A cancel that lands inside a Redis call can be swallowed by the driver (seen:
+                # the task stayed "cancelling" and went on ticking): honour it here as well.
+                if task is not None and task.cancelling():
+                    raise asyncio.CancelledError
                 now = time.monotonic()
                 try:
                     if now - refreshed >= self.refresh_s:
