@@ -85,13 +85,13 @@ async def _measure(rig: Rig, qps: int, letters: int, rate: float, duration_s: fl
     replays = open_replays(rig.settings)
     try:
         rig.worker("w1", standalone=True)
-        await _wait(lambda: _count(rig, "live", 1), 60, "the worker delivers nothing")
+        await _wait(_count(rig, "live", 1), 60, "the worker delivers nothing")
         replay = Replay(new_replay_id(), rig.ref("live"), topic.groups, rate,
                         created_at=time.time())  # fmt: skip
         replay = await replays.create(replay)
         say(f"replay {replay.id}: {replay.total} letters at {rate:g}/s; measuring {duration_s} s")
         began = time.time()
-        await _wait(lambda: _count(rig, "replayed", 1), 30, "no replayed job was delivered")
+        await _wait(_count(rig, "replayed", 1), 30, "no replayed job was delivered")
         first = time.time()
         await asyncio.sleep(duration_s)
         end = time.time()
