@@ -122,7 +122,9 @@ class ReplayMover:
         """Move what the pace allows of every replay held."""
         for replay_id, held in list(self.held.items()):
             rate = held.replay.rate
-            cap = max(1.0, rate * self.tick_s * 2)  # no burst after a pause: at most 2 ticks
+            # A late tick (a busy loop) catches up; a long pause (an outage) does not become
+            # a burst: at most one second's worth at once.
+            cap = max(1.0, rate * max(1.0, self.tick_s * 2))
             held.budget = min(cap, held.budget + rate * (now - held.last))
             held.last = now
             n = int(held.budget)

@@ -127,7 +127,9 @@ def _figures(log: Sequence[Any], qps: int, rate: float, letters: int, began: flo
         "live_sliding_1s_min": sliding,
         "live_share_min": round(min(min(full, default=0), sliding) / qps, 3),
         "replayed_delivered_per_s": round(in_window / (end - first), 1),
-        "replay_moved_per_s": round(progress.replayed / (end - began), 1),
+        "topic_delivered_per_s": round((sum(full) + in_window) / max(1, len(full)), 1),
+        "live_share_of_delivered": round(sum(full) / max(1, sum(full) + in_window), 3),
+        "replay_moved_per_s": round(progress.replayed / (end - began), 1),  # from its start
         "replayed": progress.replayed,
         "replay_total": progress.replay.total,
         "topic_busiest_1s": busiest_window(sorted([*live, *replayed])),
@@ -181,6 +183,7 @@ def summary(doc: dict[str, Any]) -> str:
     keys = (
         "qps", "letters", "replay_rate", "measured_s", "live_per_s_min", "live_per_s_mean",
         "live_sliding_1s_min", "live_share_min", "replayed_delivered_per_s",
+        "topic_delivered_per_s", "live_share_of_delivered",
         "replay_moved_per_s", "topic_busiest_1s", "cancel_stopped_it", "target", "met",
     )  # fmt: skip
     return "\n".join(f"{k:<26} {doc[k]}" for k in keys)
