@@ -10,7 +10,7 @@ States and transitions (only RUNNING moves; the others are final)::
 
     RUNNING --every selected letter moved or gone--> DONE
     RUNNING --cancel (API, CLI, console)----------> CANCELLED
-    RUNNING --the topic was deleted---------------> FAILED (with the reason)
+    RUNNING --a step fails, not for an outage-----> FAILED (with the reason)
 
 The selection is fixed when the replay is created: letters dead-lettered afterwards (a replayed
 job that fails again, for one) are not part of it, so a replay always ends.

@@ -1,12 +1,13 @@
 """A DLQ replay on its own budget (issue 16, item 4), on real Redis and ZooKeeper, a real worker
 process and the real sink: while live jobs keep a topic at its quota, a replay at the default
 rate (5% of the quota) puts its letters back at that pace, the live jobs keep >= 90% of the
-quota in every wall-clock second and every sliding second (as the sink saw), the topic stays
-within its quota, a cancel stops the replay at once, and the progress counts what moved: each
+quota in every wall-clock second and every sliding second (as the sink saw), a cancel stops
+the replay at once, and the progress counts what moved: each
 moved letter is delivered once, the others stay in the DLQ.
 
 Scaled down (a few seconds at quota 100); ``emq bench replay`` runs the full figure (a replay of
-100 000 letters)."""
+100 000 letters, and the topic's busiest sliding second: replayed jobs are ordinary jobs under
+the quota, which ``test_sliding_quota.py`` holds to invariant 2)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,6 @@ from typing import Any
 
 import pytest
 
-from emq.bench.promises import busiest_window
 from emq.compose import open_replays
 from emq.core.interfaces import DeadLetter
 from emq.core.model import Envelope, GroupRef, Job, Priority, new_job_id
@@ -103,8 +103,6 @@ async def test_live_jobs_keep_their_share_while_a_replay_runs(
     assert full_seconds(window) and min(full_seconds(window)) >= 0.9 * QPS, window
     fewest = _fewest_in_a_window(live, first_replayed, measured_to)
     assert fewest >= 0.9 * QPS, fewest
-    everything = sorted([*live, *(d.at for d in sink.of("replayed"))])
-    assert busiest_window(everything) <= QPS + 1  # the topic's quota holds for both together
 
     # Cancelled: nothing more moves; what moved is delivered once; the rest stays dead.
     assert cancelled.replay.state is ReplayState.CANCELLED
