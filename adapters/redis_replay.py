@@ -24,6 +24,7 @@ Finished replays (and their progress) expire after :data:`FINISHED_TTL_S`.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 from collections.abc import Sequence
@@ -174,7 +175,7 @@ class RedisReplayStore:
     async def create(self, replay: Replay) -> Replay:
         per_group = await self._plan(replay)
         total = sum(n for n, _ in per_group.values())
-        replay = Replay(**{**replay.__dict__, "total": total})
+        replay = dataclasses.replace(replay, total=total)
         commands: list[Command] = []
         for group in replay.group_refs():
             n, fields = per_group.get(group.index, (0, {}))

@@ -127,8 +127,11 @@ class ReplayMover:
             cap = max(1.0, rate * max(1.0, self.tick_s * 2))
             held.budget = min(cap, held.budget + rate * (now - held.last))
             held.last = now
+            if not held.open:  # every group done, but the last finish did not get through
+                await self._end(replay_id, ReplayState.DONE)
+                continue
             n = int(held.budget)
-            if n < 1 or not held.open:
+            if n < 1:
                 continue
             counts = held.share(n)
             try:
