@@ -98,6 +98,9 @@ class ReplayMover:
                 except BackendUnavailable as e:  # the store is away: keep trying, never die
                     log.warning("replay mover %s: %s", self.owner, e)
                     await asyncio.sleep(self.refresh_s)
+                except Exception:  # unexpected: said once per occurrence, and the mover goes on
+                    log.exception("replay mover %s", self.owner)
+                    await asyncio.sleep(self.refresh_s)
                 await asyncio.sleep(self.tick_s)
         finally:
             await asyncio.shield(self._release_all())
