@@ -10,6 +10,7 @@ from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
+from adapters.redis_replay import RedisReplayStore
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.settings import FleetSettings
@@ -130,3 +131,14 @@ def open_jobs(settings: Settings) -> JobStore:
     )
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisJobStore(client, keys, ttl_s=settings.job_record_ttl_s, owns_client=True)
+
+
+def open_replays(settings: Settings) -> RedisReplayStore:
+    """DLQ replays and their progress (issue 16), on a client of their own."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    return RedisReplayStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)

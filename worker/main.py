@@ -17,8 +17,10 @@ from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
 from emq.core.jobs import JobStore
 from emq.core.model import Namespace
+from emq.core.replays import ReplayStore
 from worker.metrics import WorkerMetrics
 from worker.push import PushExecutor
+from worker.replay import ReplayMover
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy, IPNetwork
@@ -147,8 +149,10 @@ async def run_worker(
     stop: asyncio.Event | None = None,
     assignment_task: bool = True,
     jobs: JobStore | None = None,
+    replays: ReplayStore | None = None,
 ) -> None:
-    """Run one worker (the caller owns and closes the backends)."""
+    """Run one worker (the caller owns and closes the backends); with ``replays`` it also takes
+    its turn at pacing DLQ replays (:mod:`worker.replay`)."""
     stop = stop or asyncio.Event()
     raise_fd_limit(settings.max_in_flight)
     tune_gc()
@@ -180,12 +184,14 @@ async def run_worker(
             host = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
             assignment.advertise({"metrics": f"{host}:{port}"})
         follow = asyncio.create_task(assignment.run()) if assignment_task else None
+        mover = asyncio.create_task(ReplayMover(replays, worker_id).run()) if replays else None
         print(f"emq worker {worker_id} running", flush=True)
         try:
             await worker.run(stop)
         finally:
-            if follow is not None:
-                follow.cancel()
-                await asyncio.gather(follow, return_exceptions=True)
+            for task in (follow, mover):
+                if task is not None:
+                    task.cancel()
+                    await asyncio.gather(task, return_exceptions=True)
             if runner is not None:
                 await runner.cleanup()

@@ -37,7 +37,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, split_quota
-from emq.api import answers, ui
+from emq.api import answers, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
@@ -75,6 +75,7 @@ from emq.core.model import (
     validate_name,
 )
 from emq.core.outbound import check_text
+from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
 
 
@@ -151,6 +152,16 @@ class Api:
         tenant = validate_name(request.match_info["tenant"], "tenant")
         topic = validate_name(request.match_info["topic"], "topic")
         return TopicRef(self.namespace(request, query), tenant, topic)
+
+    def topic_ref(
+        self, request: web.Request, query: schema.NamespaceQuery | None = None
+    ) -> TopicRef:
+        """The route's topic (tenant and topic checked), for the routes of other modules."""
+        return self._ref(request, query)
+
+    async def json_object(self, request: web.Request) -> dict[str, Any]:
+        """The request's body as a JSON object (read within the body timeout)."""
+        return await self._object(request)
 
     def view(self, topic: Topic, *, secret: bool = False) -> answers.TopicView:
         ref = topic.ref
@@ -439,6 +450,7 @@ def make_app(
     history: HistoryStore | None = None,
     fleet: FleetView | None = None,
     jobs: JobStore | None = None,
+    replays: ReplayStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -471,4 +483,5 @@ def make_app(
         ]
     )
     ui.add_routes(app, handlers)
+    replay.add_routes(app, handlers, replays)
     return app

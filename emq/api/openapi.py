@@ -19,8 +19,9 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, ui
-from emq.core import schema
+from emq.api import answers, replay, ui
+from emq.core import schema, schema_replay
+from emq.core.replays import REPLAY_ID_PATTERN
 
 Auth = Literal["admin", "tenant", "none"]
 
@@ -145,6 +146,53 @@ ROUTES = (
         schema.NamespaceQuery,
     ),
     Route(
+        "post",
+        replay.PATH,
+        "Start a paced replay of dead letters (all, by ids, or by time of failure) at its own "
+        "rate (default 5% of the quota); the answer holds its id",
+        "tenant",
+        (201, "the replay", replay.ReplayView),
+        _BODY_ERRORS,
+        schema_replay.ReplayCreateIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        replay.PATH,
+        "A topic's latest replays, newest first",
+        "tenant",
+        (200, "replays", replay.Replays),
+        (422, 503),
+        query=schema_replay.ReplaysQuery,
+    ),
+    Route(
+        "get",
+        replay.PATH + "/{replay}",
+        "A replay's progress: total, replayed, skipped, remaining, rate, state",
+        "tenant",
+        (200, "the replay", replay.ReplayView),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "delete",
+        replay.PATH + "/{replay}",
+        "Cancel a replay (what it moved stays moved)",
+        "tenant",
+        (200, "the replay, cancelled", replay.ReplayView),
+        (409, 422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        replay.PATH + "/{replay}/cancel",
+        "Cancel a replay (the same as DELETE)",
+        "tenant",
+        (200, "the replay, cancelled", replay.ReplayView),
+        (409, 422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
         "get",
         "/v1/workers",
         "The worker fleet: members, their groups, epochs and rates",
@@ -192,7 +240,10 @@ def _ref(model: type[Any]) -> dict[str, str]:
 
 
 def _models() -> list[tuple[type[Any], Literal["validation", "serialization"]]]:
-    requests = [(m, "validation") for m in (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)]
+    models = (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)
+    models += tuple(r.body for r in ROUTES if isinstance(r.body, type) and r.body not in models)
+    models += tuple(r.query for r in ROUTES if r.query is not None and r.query not in models)
+    requests = [(m, "validation") for m in models]
     replies = [(r.answer[2], "serialization") for r in ROUTES if r.answer[2] is not None]
     return [*requests, *replies, (answers.Error, "serialization")]  # type: ignore[list-item]
 
@@ -229,6 +280,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
     if "{id}" in route.path:
         job_id = {"type": "string", "pattern": "^msg_[0-9a-z]{26}$"}
         params.append({"name": "id", "in": "path", "required": True, "schema": job_id})
+    if "{replay}" in route.path:
+        replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
+        params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})
     if "{name}" in route.path:
         schema_ = {"type": "string", "enum": sorted(ui.FILES)}
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})

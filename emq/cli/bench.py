@@ -35,6 +35,15 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
         return 0 if doc["ok"] else 1
+    if args.name == "replay":
+        from emq.bench import replay
+
+        doc = replay.run(
+            args.qps, args.letters, args.rate, args.duration_s or 20.0,
+            say=lambda s: print(s, file=sys.stderr),
+        )  # fmt: skip
+        print(json.dumps(doc, indent=2) if args.json else replay.summary(doc))
+        return 0
     if args.duration_s is None:
         args.duration_s = 10.0
     if args.name == "all":
@@ -96,7 +105,9 @@ def add_commands(sub: Subparsers) -> None:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "all"])
+    bench.add_argument(
+        "name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "replay", "all"]
+    )
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
@@ -143,6 +154,13 @@ def add_commands(sub: Subparsers) -> None:
         default="default",
         help="enqueue: EMQ_DURABILITY of the API and the Redis it starts (fsync: appendfsync "
         "always; replica: plus one replica); compare: the three interleaved, 3 rounds, medians",
+    )
+    bench.add_argument("--qps", type=int, default=1000, help="replay: the topic's quota (1000)")
+    bench.add_argument(
+        "--letters", type=int, default=100_000, help="replay: dead letters to replay (100000)"
+    )
+    bench.add_argument(
+        "--rate", type=float, default=None, help="replay: the replay's rate (5%% of --qps)"
     )
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)

@@ -1,4 +1,7 @@
-"""``emq dlq list|replay``: a topic's dead letters.
+"""``emq dlq list|replay|replays|cancel``: a topic's dead letters.
+
+``replay`` with ``--rate``, ``--paced``, ``--since`` or ``--until`` starts a paced replay
+(:mod:`emq.cli.replays`); without them it puts letters back at once, as before.
 
 Each prints a readable table or lines, or the API's JSON with ``--json``.
 """
@@ -8,6 +11,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING
 
+from emq.cli import replays
 from emq.cli.common import command, group, print_json, run, table, tenant_and_topic, when
 
 if TYPE_CHECKING:
@@ -44,6 +48,8 @@ def cmd_dlq_list(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_dlq_replay(args: argparse.Namespace, settings: Settings) -> int:
+    if replays.paced(args):
+        return replays.cmd_replay_start(args, settings)
     body = run(
         args,
         settings,
@@ -82,8 +88,12 @@ def add_commands(sub: Subparsers) -> None:
         role="tenant",
         help="deliver dead letters again",
         description="Put dead letters back on their topic (these --id ones, or up "
-        "to --limit of them); they are delivered at the topic's quota.",
+        "to --limit of them); they are delivered at the topic's quota. With --rate, --paced, "
+        "--since or --until: a paced replay in its own lane, so live jobs keep the rest of "
+        "the quota (see 'emq dlq replays' and 'emq dlq cancel').",
     )
     tenant_and_topic(replay)
     replay.add_argument("--id", action="append", metavar="ID", help="a dead letter (repeatable)")
     replay.add_argument("--limit", type=int, metavar="N", help="replay at most N (default 1000)")
+    replays.add_replay_flags(replay)
+    replays.add_commands(dlq)

@@ -332,6 +332,38 @@ class Client:
         query = self._topic_query(namespace)
         return await self._object("POST", path, body=body, query=query)
 
+    async def replay_start(
+        self,
+        tenant: str,
+        topic: str,
+        *,
+        ids: Sequence[str] | None = None,
+        since: float | None = None,
+        until: float | None = None,
+        rate: float | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        """Start a paced replay (README "Replaying dead letters"); the replay with its ``id``."""
+        fields = {"ids": None if ids is None else list(ids), "since": since, "until": until}
+        body = {k: v for k, v in {**fields, "rate": rate}.items() if v is not None}
+        path = self._topic_path(tenant, topic, "dlq", "replays")
+        return await self._object("POST", path, body=body, query=self._topic_query(namespace))
+
+    async def replays(
+        self, tenant: str, topic: str, *, replay_id: str | None = None, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """One replay's progress (``replay_id``), or ``{"replays": [...]}``, newest first."""
+        extra = ("replays",) if replay_id is None else ("replays", replay_id)
+        path = self._topic_path(tenant, topic, "dlq", *extra)
+        return await self._object("GET", path, query=self._topic_query(namespace))
+
+    async def replay_cancel(
+        self, tenant: str, topic: str, replay_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel a replay; the replay as it stopped."""
+        path = self._topic_path(tenant, topic, "dlq", "replays", replay_id)
+        return await self._object("DELETE", path, query=self._topic_query(namespace))
+
     # ------------------------------------------------------------------ operations
 
     async def health(self) -> dict[str, Any]:

@@ -125,6 +125,34 @@ class RedisKeys:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"
 
+    # DLQ replays (emq.core.replays): the replay and its index are global keys; each group's
+    # progress sits in the group's hash tag, beside the DLQ the replay's steps move from.
+
+    def replay(self, replay_id: str) -> str:
+        """Hash: one replay (topic, rate, selection, state, total, times)."""
+        return f"{self.prefix}:replay:{escape(replay_id)}"
+
+    def replay_lease(self, replay_id: str) -> str:
+        """Which mover paces the replay (expires unless renewed)."""
+        return f"{self.prefix}:replay-lease:{escape(replay_id)}"
+
+    def replays(self, topic: TopicRef) -> str:
+        """Sorted set: a topic's replay ids by creation time."""
+        parts = (topic.namespace.value, topic.tenant, topic.topic)
+        return f"{self.prefix}:replays:" + ":".join(escape(p) for p in parts)
+
+    def replays_running(self) -> str:
+        """Set: the ids of every running replay (what the movers look for)."""
+        return f"{self.prefix}:replays-running"
+
+    def replay_progress(self, group: GroupRef, replay_id: str) -> str:
+        """Hash: a replay's cursor, counts and state in one group."""
+        return self._group_key(group, "replay", escape(replay_id))
+
+    def replay_ids(self, group: GroupRef, replay_id: str) -> str:
+        """List: the DLQ entries a by-ids replay moves from the group, in the given order."""
+        return self._group_key(group, "replay", escape(replay_id), "ids")
+
 
 def _zk_component(value: str, what: str) -> str:
     if not value or "/" in value or value in (".", ".."):

@@ -8,7 +8,10 @@ schemathesis re-reads whether a mended body is valid). The server refuses each b
 * a retry policy's ``max_delay_s`` must not be below its ``base_delay_s`` (swapped);
 * header names are case-insensitive: ``X-A`` and ``x-a`` may not both be given (one dropped);
 * a job's URL must be one the worker can send (``emq.core.outbound.push_url``: IDNA, port);
-  an http(s) URL that is not is replaced by one that is.
+  an http(s) URL that is not is replaced by one that is;
+* a paced replay (``.../dlq/replays``) takes ids or a time window, not both (the window
+  dropped), ``since`` not after ``until`` (swapped), and ids of the topic's groups (the fuzzed
+  topic has one: group 0).
 """
 
 from __future__ import annotations
@@ -57,12 +60,27 @@ def _mend_job(job: object) -> None:
             job["url"] = _SENDABLE
 
 
+def _mend_replay(body: dict[str, Any]) -> None:
+    ids = body.get("ids")
+    if isinstance(ids, list):
+        body["ids"] = [
+            "0:" + i.partition(":")[2] if isinstance(i, str) and ":" in i else i for i in ids
+        ]
+    since, until = body.get("since"), body.get("until")
+    if ids is not None and ("since" in body or "until" in body):
+        body.pop("since", None)
+        body.pop("until", None)
+    elif _number(since) and _number(until) and 0 <= until < since <= 4_102_444_800:
+        body["since"], body["until"] = until, since
+
+
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     body = case.body
     if not isinstance(body, dict):
         return
     _mend_retry(body.get("retry"))
+    _mend_replay(body)
     jobs = body.get("jobs")
     for job in jobs if isinstance(jobs, list) else [body]:
         _mend_job(job)

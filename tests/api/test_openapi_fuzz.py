@@ -21,7 +21,14 @@ import pytest
 
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
-from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
+from emq.compose import (
+    open_config,
+    open_fleet_view,
+    open_history,
+    open_jobs,
+    open_queues,
+    open_replays,
+)
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
 from tests.api.conftest import ADMIN
@@ -38,6 +45,11 @@ TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics/{topic}/dlq",
     "GET /v1/tenants/{tenant}/topics/{topic}/jobs/{id}",
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replay",
+    "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays",
+    "GET /v1/tenants/{tenant}/topics/{topic}/dlq/replays",
+    "GET /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
+    "DELETE /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}/cancel",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -62,7 +74,8 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     history = open_history(settings)
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
-    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs)
+    replays = open_replays(settings)
+    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs, replays)
     runner = make_runner(app, ApiSettings())
     await runner.setup()
     port = await runner.listen("127.0.0.1", 0)
@@ -70,6 +83,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+        await replays.aclose()
         await jobs.aclose()
         await fleet.aclose()
         await history.aclose()
@@ -77,7 +91,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         await queues.aclose()
 
 
-def config_toml(admin: str, tenant: str, examples: int, job_id: str) -> str:
+def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: str) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
     rejections = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "429"]
@@ -104,6 +118,7 @@ def config_toml(admin: str, tenant: str, examples: int, job_id: str) -> str:
             f'headers = {{ Authorization = "Bearer {tenant}" }}',
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
+            + (f', replay = "{replay_id}"' if "{replay}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
@@ -153,8 +168,15 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 202, await r.text()
         (job_id,) = (await r.json())["ids"]
+        r = await http.post(  # a replay the fuzzer shows and cancels (no worker moves it)
+            f"{live_api}/v1/tenants/fuzz/topics/orders/dlq/replays",
+            json={},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status == 201, await r.text()
+        replay_id = (await r.json())["id"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id))
+    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id))
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out
