@@ -20,8 +20,9 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
 from emq.api import answers, replay, ui
-from emq.core import schema, schema_replay
+from emq.core import schema
 from emq.core.replays import REPLAY_ID_PATTERN
+from emq.core.schema import replays as schema_replay
 
 Auth = Literal["admin", "tenant", "none"]
 

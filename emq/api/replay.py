@@ -27,7 +27,7 @@ from emq.core.replays import (
     is_replay_id,
     new_replay_id,
 )
-from emq.core.schema_replay import ReplayCreateIn, ReplaysQuery
+from emq.core.schema.replays import ReplayCreateIn, ReplaysQuery
 
 if TYPE_CHECKING:
     from emq.api.app import Api

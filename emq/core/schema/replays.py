@@ -1,6 +1,6 @@
 """The API's request bodies and query parameters for DLQ replays (issue 16, item 4).
 
-Kept beside :mod:`emq.core.schema` (whose rules and messages they share) so the feature's fields
+Part of :mod:`emq.core.schema` (whose rules and messages they share) so the feature's fields
 live in one place; the OpenAPI document takes them from the route table like the others.
 """
 
@@ -12,7 +12,9 @@ from pydantic import Field
 
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.replays import MIN_RATE
-from emq.core.schema import MAX_REPLAY, Body, DeadLetterId, NamespaceQuery
+from emq.core.schema.common import MAX_REPLAY, Body
+from emq.core.schema.queries import NamespaceQuery
+from emq.core.schema.topics import DeadLetterId
 
 Epoch = Annotated[float, Field(ge=0, le=4_102_444_800, description="epoch seconds")]
 
