@@ -8,11 +8,11 @@ single-process use.
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
@@ -25,7 +25,7 @@ STALE_S = 60.0
 
 
 def _fresh(raw: bytes | str, source: str, max_age_s: float, now: float) -> list[dict[str, Any]]:
-    posted = orjson.loads(raw)
+    posted = json.loads(raw)
     if now - float(posted.get("at", 0)) > max_age_s:
         return []
     return [dict(row, worker=source) for row in posted.get("endpoints", [])]
@@ -48,7 +48,7 @@ class RedisEndpointBoard(EndpointBoard):
     async def publish(self, source: str, topics: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         now = round(time.time(), 3)
         posts = {
-            f"{t}|{source}": orjson.dumps({"at": now, "endpoints": list(rows)})
+            f"{t}|{source}": json.dumps({"at": now, "endpoints": list(rows)})
             for t, rows in topics.items()
             if rows
         }
@@ -85,13 +85,13 @@ class RedisEndpointBoard(EndpointBoard):
 
 class MemoryEndpointBoard(EndpointBoard):
     def __init__(self) -> None:
-        self._posts: dict[tuple[str, str], bytes] = {}
+        self._posts: dict[tuple[str, str], str] = {}
 
     async def publish(self, source: str, topics: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         now = time.time()
         for t, rows in topics.items():
             if rows:
-                self._posts[(t, source)] = orjson.dumps({"at": now, "endpoints": list(rows)})
+                self._posts[(t, source)] = json.dumps({"at": now, "endpoints": list(rows)})
             else:
                 self._posts.pop((t, source), None)
 

@@ -21,6 +21,7 @@ from pydantic.json_schema import GenerateJsonSchema
 from emq import __version__
 from emq.api import answers, ui
 from emq.core import schema
+from emq.core.schema_endpoints import EndpointEnableIn
 
 Auth = Literal["admin", "tenant", "none"]
 
@@ -142,6 +143,17 @@ ROUTES = (
         (200, "replayed", answers.Replayed),
         _BODY_ERRORS,
         schema.ReplayIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        _TOPIC + "/endpoints/enable",
+        "Re-enable an endpoint workers disabled after repeated failures (* for all); its held "
+        "jobs go again",
+        "admin",
+        (200, "the topic", answers.TopicView),
+        (*_BODY_ERRORS, 404, 409),
+        EndpointEnableIn,
         schema.NamespaceQuery,
     ),
     Route(

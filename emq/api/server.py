@@ -25,7 +25,14 @@ from emq.api.app import make_app
 from emq.api.errors import Handler
 from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.api.settings import ApiSettings
-from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
+from emq.compose import (
+    open_config,
+    open_endpoint_board,
+    open_fleet_view,
+    open_history,
+    open_jobs,
+    open_queues,
+)
 from emq.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -104,7 +111,8 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     history = open_history(settings)
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
-    app = make_app(settings, api, config, queues, history, fleet, jobs)
+    board = open_endpoint_board(settings)
+    app = make_app(settings, api, config, queues, history, fleet, jobs, board)
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
@@ -130,6 +138,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         await runner.cleanup()
         await fleet.aclose()
         await jobs.aclose()
+        await board.aclose()
         await history.aclose()
         await config.aclose()
         await queues.aclose()

@@ -55,6 +55,7 @@ from emq.core.model import (
     RetryPolicy,
     Topic,
 )
+from emq.core.schema_endpoints import EndpointEnableIn, EndpointsIn
 
 # The rules the core checks by hand elsewhere (names in paths, headers in the worker), as the
 # anchored patterns JSON Schema and pydantic take.
@@ -101,7 +102,7 @@ class IntegralBody(Body):
         }
 
 
-_M = TypeVar("_M", bound=Body)
+_M = TypeVar("_M", bound=BaseModel)
 _Q = TypeVar("_Q", bound="Query")
 
 
@@ -320,6 +321,7 @@ class TopicIn(IntegralBody):
     priority_mode: PriorityModeName = _topic_default("priority_mode")
     dlq_max_entries: DlqMaxEntries = DLQ_MAX_ENTRIES
     dlq_max_age_s: DlqMaxAge = DLQ_MAX_AGE_S
+    endpoints: EndpointsIn = Field(default_factory=EndpointsIn)  # emq.core.schema_endpoints
 
 
 class TopicPatch(IntegralBody):
@@ -349,6 +351,7 @@ class TopicPatch(IntegralBody):
     priority_mode: PriorityModeName = Field(default=None)  # type: ignore[assignment]
     dlq_max_entries: DlqMaxEntries = Field(default=None)  # type: ignore[assignment]
     dlq_max_age_s: DlqMaxAge = Field(default=None)  # type: ignore[assignment]
+    endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[
@@ -385,7 +388,7 @@ class DlqQuery(NamespaceQuery):
     ] = ""
 
 
-REQUEST_MODELS: tuple[type[Body], ...] = (
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobIn,
     JobBatchIn,
     TenantIn,
@@ -393,6 +396,8 @@ REQUEST_MODELS: tuple[type[Body], ...] = (
     TopicIn,
     TopicPatch,
     ReplayIn,
+    EndpointsIn,
+    EndpointEnableIn,
 )
 QUERY_MODELS: tuple[type[Query], ...] = (NamespaceQuery, DlqQuery)
 
