@@ -63,6 +63,9 @@ class Dispatcher:
         self._woken = asyncio.Event()
         # Topics with jobs parked for their endpoint's pace (worker.endpoints): released per tick.
         self.parking: set[EndpointRates] = set()
+        # Where a job goes that its endpoint cannot take for a while (Outcomes.defer: the
+        # delayed set, no attempt burnt); None: it waits at the head of its buffer instead.
+        self.defer: Callable[[GroupState, Buffered, int], None] | None = None
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -146,9 +149,12 @@ class Dispatcher:
                 item = buffer.popleft()
                 key = item.read_key()
                 if paced and not (verdict := rates.admit(group, item, mono)):  # type: ignore[union-attr]
-                    if verdict is None:  # too many parked on its endpoint: the rest waits
-                        buffer.appendleft(item)
-                        break
+                    if verdict is None:  # too many parked on its endpoint
+                        if self.defer is None:
+                            buffer.appendleft(item)  # the rest of this buffer waits
+                            break
+                        group.budget.used -= len(item.payload)  # (out of the buffers)
+                        self.defer(group, item, int((wall + rates.overflow_s) * 1000))  # type: ignore[union-attr]
                     continue  # parked until its endpoint's pace lets it go (worker.endpoints)
                 if key is not None and not self._admit(group, key, item, rank):
                     if item.key is None:  # held: the rest of this buffer waits

@@ -17,11 +17,13 @@ OPEN (``watching``; O(1), no await): a job whose endpoint may not send now is *p
 its endpoint's FIFO, without its group's grant and without a push, so waiting never burns an
 attempt. Each tick the dispatcher releases parked jobs at their endpoint's pace
 (:meth:`release`, a GCRA: one job per ``1/rate``), each with a fresh grant of its group's
-quota. At :func:`park_cap` jobs parked on one endpoint the next one is *held* at the head of its
-group's buffer instead (the fetcher then stops: memory stays bounded; the group's other
-endpoints wait behind it, the price of that bound). Parked jobs stay unfinished: the checkpoint
-does not pass them, and a group released meanwhile forgets them (:meth:`forget`) for its next
-owner to fetch again.
+quota. At :func:`park_cap` jobs parked on one endpoint, the next one *overflows*: the dispatcher
+hands it back to its group's delayed set as stored (``Outcomes.defer``: no attempt burnt), due
+when the parked ones will have gone (a disabled endpoint's: ``DISABLED_DEFER_S`` later), so
+memory stays bounded and the topic's other endpoints never wait behind it. (Keyed jobs: one
+that overflows may be overtaken by a later job of its key.) Parked jobs stay unfinished: the
+checkpoint does not pass them, and a group released meanwhile forgets them (:meth:`forget`) for
+its next owner to fetch again.
 
 Push outcomes feed :meth:`pushed`. A success costs nothing unless the topic has a latency
 threshold or an endpoint with a failure streak.
@@ -54,6 +56,7 @@ LATENCY_SAMPLES = 20  # p90 over the last this many successful pushes, judged ev
 PARK_MIN = 256  # jobs parked on one endpoint at least, before the next is held in its buffer
 PARK_S = 10.0  # ... or this many seconds of the topic's quota
 MAX_HOLD_S = 3600.0
+DISABLED_DEFER_S = 60.0  # a job past the parked ones of a disabled endpoint is due again then
 TAT_CREDIT_S = 0.01  # a Retry-After longer than this holds the endpoint this long
 
 # release(): may the parked job go? True: sent; False: not now (its group at quota, its topic
@@ -142,6 +145,7 @@ class EndpointRates:
         self.failing = 0  # endpoints with a failure streak: successes are looked at
         self.parked = 0
         self.untracked = 0  # endpoints not followed (the cap reached)
+        self.overflow_s = 0.0  # admit() said None: the job may come back this much later
 
     # ------------------------------------------------------------------ configuration
 
@@ -175,6 +179,9 @@ class EndpointRates:
             self._took(ep)
             return True
         if len(ep.parked) >= park_cap(ceiling):
+            # When the parked ones will have gone (a disabled endpoint: a while)
+            drained = max(ep.hold_until - mono, len(ep.parked) / ep.rate)
+            self.overflow_s = DISABLED_DEFER_S if ep.disabled else drained
             return None
         ep.parked.append((group, item))
         self.parked += 1

@@ -109,6 +109,7 @@ class Worker:
         self.outcomes = Outcomes(
             queues, self._finish, self._drop, outage=self.outage, joblog=self.joblog
         )
+        self.dispatcher.defer = self.outcomes.defer  # (worker.endpoints: overflow, disabled)
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )

@@ -35,6 +35,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
         return 0 if doc["ok"] else 1
+    if args.name == "endpoints":  # issue 16: the adaptive per-endpoint rate (emq.bench.endpoints)
+        from emq.bench import endpoints
+
+        doc = endpoints.run(args.duration_s or 30.0)
+        print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
+        return 0 if doc["pass"] else 1
     if args.duration_s is None:
         args.duration_s = 10.0
     if args.name == "all":
@@ -96,7 +102,10 @@ def add_commands(sub: Subparsers) -> None:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "all"])
+    bench.add_argument(
+        "name",
+        choices=["enqueue", "dispatch", "plan", "faults", "promises", "endpoints", "all"],
+    )
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
