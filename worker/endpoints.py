@@ -153,7 +153,8 @@ class EndpointRates:
         """Take a new policy; re-enable what an operator's mark covers."""
         self.policy = policy
         for ep in self.endpoints.values():
-            if ep.disabled and policy.enabled_since(ep.name) >= ep.disabled_ms:
+            marked = policy.enabled_since(ep.name) >= ep.disabled_ms
+            if ep.disabled and (marked or not policy.disable_after):  # (or disabling turned off)
                 self._enable(ep, wall_ms)
             if not policy.adaptive and not ep.disabled:
                 ep.rate, ep.hold_until = self._ceiling(), 0.0

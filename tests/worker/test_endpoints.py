@@ -145,3 +145,25 @@ def test_a_slow_p90_cuts_the_rate() -> None:
         rates.pushed(a, PushResult(200, 0.3 if n % 5 == 0 else 0.01), 0.0)
     ep = rates.endpoints["a:1"]
     assert ep.rate == 70.0 and ep.reason == "latency p90 300 ms > 100 ms"
+
+
+def test_metrics_carry_one_series_per_followed_endpoint() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from worker.endpoint_report import EndpointCollector, statuses
+
+    state = TopicState(Topic(REF, 100, endpoints=EndpointPolicy(adaptive=True, disable_after=1,
+                                                                   disable_after_s=0)))  # fmt: skip
+    parking: set[EndpointRates] = set()
+    state.rates = EndpointRates(state.topic.endpoints, lambda: 100.0, parking, cap=8)
+    state.rates.pushed(_item("http://a:1/x"), PushResult(429, 0.01), 0.0)
+    state.rates.pushed(_item("http://b:2/x"), PushResult(500, 0.01), 0.0)
+    registry = CollectorRegistry()
+    registry.register(EndpointCollector({REF: state}))
+    text = generate_latest(registry).decode()
+    labels = 'namespace="online",tenant="acme",topic="t"'
+    assert f'emq_endpoint_rate{{endpoint="a:1",{labels}}} 70.0' in text
+    assert f'emq_endpoint_disabled{{endpoint="b:2",{labels}}} 1.0' in text
+    assert f'emq_endpoint_throttled_total{{endpoint="a:1",{labels}}} 1.0' in text
+    rows = statuses({REF: state})[str(REF)]
+    assert {r["endpoint"]: r["state"] for r in rows} == {"a:1": "limited", "b:2": "disabled"}
