@@ -214,7 +214,8 @@ class Api:
         await self.auth.admin(request)
         tenant = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TopicIn, await self._object(request))
-        ns = self.namespace(request) if body.namespace is None else Namespace(body.namespace)
+        query_ns = self.namespace(request)  # (the query is checked even when the body names one)
+        ns = query_ns if body.namespace is None else Namespace(body.namespace)
         ref = TopicRef(ns, tenant, body.topic)
         changes = schema.given(body)
         for name in ("topic", "qps", "namespace"):

@@ -13,6 +13,7 @@ worker sees to the API. Nothing here does I/O.
 from __future__ import annotations
 
 import abc
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -111,12 +112,14 @@ def endpoint_of(url: str) -> str:
     return netloc
 
 
+# host:port as endpoint_of() names it (an IPv6 literal in brackets), or "*"; the API's schema
+# states the same pattern.
+ENDPOINT_PATTERN = r"^(\*|(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9._~%-]+):[0-9]{1,5})$"
+
+
 def check_endpoint(value: str, field_name: str = "endpoint") -> str:
     """An endpoint named by an operator: ``host:port`` or ``*``."""
-    if value == ALL_ENDPOINTS:
-        return value
-    host, sep, port = value.rpartition(":")
-    if not sep or not host or not port.isdigit() or len(value) > 300 or not value.isprintable():
+    if len(value) > 300 or not re.fullmatch(ENDPOINT_PATTERN, value):
         raise InvalidInput(field_name, f"must be host:port or {ALL_ENDPOINTS!r}, got {value!r}")
     return value.lower()
 

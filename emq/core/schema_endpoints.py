@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from emq.core.endpoints import EndpointPolicy
+from emq.core.endpoints import ENDPOINT_PATTERN, EndpointPolicy
 
 _DEFAULT = EndpointPolicy()
 _INTEGERS = ("latency_ms", "disable_after", "disable_after_s")
@@ -74,7 +74,7 @@ class EndpointEnableIn(BaseModel):
         Field(
             min_length=1,
             max_length=300,
-            pattern=r"^(\*|[^\s:]+(:[^\s:]+)*:[0-9]{1,5})$",
+            pattern=ENDPOINT_PATTERN,
             description="host:port as topic show lists it, or * for all",
         ),
     ]
