@@ -67,7 +67,6 @@ async def test_a_rate_limited_endpoint_is_paced_and_the_other_keeps_its_share(
     assert dead == []
 
 
-@pytest.mark.serial
 async def test_an_endpoint_that_keeps_failing_is_disabled_and_its_jobs_held_until_enabled(
     stack: Stack, sink: Sink, board: EndpointBoard, worker_process: Any
 ) -> None:
@@ -97,3 +96,24 @@ async def test_an_endpoint_that_keeps_failing_is_disabled_and_its_jobs_held_unti
     await stack.update("down", endpoints=replace(marked))
     assert await sink.wait_for(lambda: {d.job_id for d in sink.of("down")} == set(ids), 15)
     assert await stack.queues.list_dead(GroupRef(ref, 0), None, 10) == []
+
+
+@pytest.mark.serial
+async def test_retry_after_holds_the_whole_endpoint_not_only_the_job(
+    stack: Stack, sink: Sink, worker_process: Any
+) -> None:
+    await stack.topic("ra", 5, endpoints=EndpointPolicy(adaptive=True), retry=fast_retry(8, 0.1))
+    sink.behaviour["ra"].status = 429
+    sink.behaviour["ra"].retry_after = "2"
+    ids = await stack.enqueue("ra", [{"url": sink.url("ra")} for _ in range(6)])
+    worker_process()
+    assert await sink.wait_for(lambda: sink.first_attempt_at, 10)
+    first = min(sink.first_attempt_at.values())
+    await asyncio.sleep(0.5)
+    sink.behaviour["ra"].status = 200
+    assert await sink.wait_for(lambda: {d.job_id for d in sink.of("ra")} == set(ids), 15)
+    # At 5/s, jobs would have gone every 0.2 s; the endpoint was held for the 2 s instead (the
+    # jobs in flight with the first one, at most a tick later, are answered 429 too).
+    later = sorted(t - first for t in sink.first_attempt_at.values() if t - first > 0.1)
+    assert later and later[0] >= 1.9, later
+    assert sum(sink.attempts[i] for i in ids) <= len(ids) + 2  # held jobs burnt no attempt
