@@ -143,18 +143,19 @@ class Dispatcher:
             plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
         taken = 0
         rates = group.topic.rates
-        paced = rates is not None and rates.watching  # an endpoint of its topic is not OPEN
+        if rates is not None and not rates.watching:
+            rates = None  # every endpoint of its topic is OPEN: nothing to ask per job
         for rank, (buffer, n) in enumerate(zip(buffers, plan, strict=True)):
             while n and buffer:
                 item = buffer.popleft()
                 key = item.read_key()
-                if paced and not (verdict := rates.admit(group, item, mono)):  # type: ignore[union-attr]
+                if rates is not None and not (verdict := rates.admit(group, item, mono)):
                     if verdict is None:  # too many parked on its endpoint
                         if self.defer is None:
                             buffer.appendleft(item)  # the rest of this buffer waits
                             break
                         group.budget.used -= len(item.payload)  # (out of the buffers)
-                        self.defer(group, item, int((wall + rates.overflow_s) * 1000))  # type: ignore[union-attr]
+                        self.defer(group, item, int((wall + rates.overflow_s) * 1000))
                     continue  # parked until its endpoint's pace lets it go (worker.endpoints)
                 if key is not None and not self._admit(group, key, item, rank):
                     if item.key is None:  # held: the rest of this buffer waits

@@ -45,9 +45,8 @@ async def test_three_members_one_leader_every_group_owned_once(
     # Members join one by one: the first may hold everything for a moment (exactly once, but
     # unbalanced) until the leader sees the third; the promise is both, once the fleet settles.
     await eventually(
-        lambda: (
-            fleet.exactly_once(groups) and sorted(len(m.owned) for m in members)[0] >= 5
-        ),  # 25 groups, none left idle
+        lambda: fleet.exactly_once(groups)
+        and sorted(len(m.owned) for m in members)[0] >= 5,  # 25 groups, none left idle
         10,
     )
     assert len(fleet.leaders()) == 1
