@@ -80,9 +80,13 @@ class Dispatcher:
     async def pause(self) -> None:
         """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
         heap = self._heap
-        if not heap and self.parking:
-            await asyncio.sleep(self._tick_s)  # parked jobs go at their endpoint's pace
-            return
+        idle_s = IDLE_WAIT_S
+        if not heap and self.parking:  # parked jobs go at their endpoint's pace
+            idle_s = min(r.next_due() for r in self.parking) - time.monotonic()
+            if idle_s <= self._tick_s:
+                await asyncio.sleep(self._tick_s)
+                return
+            idle_s = min(idle_s, IDLE_WAIT_S)  # (a disabled endpoint's: not before new jobs)
         if heap:
             # Until the first waiting group is due, at most a tick: a group due inside the tick
             # is served on time (its quota's pace), one due already (the senders were full)
@@ -93,7 +97,7 @@ class Dispatcher:
             return
         self._woken.clear()
         try:
-            async with asyncio.timeout(IDLE_WAIT_S):
+            async with asyncio.timeout(idle_s):
                 await self._woken.wait()
         except TimeoutError:
             pass

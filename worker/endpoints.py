@@ -230,6 +230,15 @@ class EndpointRates:
         self.refresh(mono)
         return sent
 
+    def next_due(self) -> float:
+        """When (monotonic) a parked job may go next; infinity while every endpoint with
+        parked jobs is disabled."""
+        due = math.inf
+        for ep in self.endpoints.values():
+            if ep.parked and not ep.disabled:
+                due = min(due, max(ep.hold_until, ep.tat - TAT_CREDIT_S))
+        return due
+
     def forget(self, group: GroupState) -> None:
         """``group`` is released or dropped: its parked jobs go (its next owner fetches them)."""
         for ep in self.endpoints.values():

@@ -4,6 +4,7 @@ clock readings, no network."""
 from __future__ import annotations
 
 import json
+import math
 
 from emq.core.endpoints import EndpointPolicy, endpoint_of
 from emq.core.interfaces import Offset, PushResult
@@ -74,6 +75,7 @@ def test_parked_jobs_go_at_the_endpoints_pace_and_others_pass() -> None:
         return True
 
     assert rates.release(10, 100.05, go) == 0  # not yet its turn
+    assert abs(rates.next_due() - 100.09) < 1e-9  # (one per 0.1 s, a tick's credit)
     assert rates.release(10, 100.1, go) == 1
     assert rates.release(10, 100.15, go) == 0
     assert rates.release(10, 100.205, go) == 1  # (a tick late: the pace is kept)
@@ -116,6 +118,7 @@ def test_consecutive_failures_over_the_span_disable_then_an_enable_mark_reopens(
     ep = rates.endpoints["a:1"]
     assert ep.disabled and rates.watching and ep.reason.startswith("disabled after 3")
     assert rates.admit(group, a, 1.0) is False  # held, not sent
+    assert rates.next_due() == math.inf  # the dispatcher need not tick for it
     policy = rates.policy.enabled("a:1", ep.disabled_ms - 1)  # an older mark: no effect
     rates.configure(policy)
     assert ep.disabled
