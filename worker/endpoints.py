@@ -171,7 +171,8 @@ class EndpointRates:
 
     def admit(self, group: GroupState, item: Buffered, mono: float) -> bool | None:
         """May ``item`` be sent now? True: yes (its endpoint's pace taken); False: parked
-        here; None: too many parked on its endpoint, leave it at the head of its buffer."""
+        here; None: too many parked on its endpoint: the dispatcher hands it to the delayed set
+        for ``overflow_s`` (or, without one, leaves it at the head of its buffer)."""
         ep = self.endpoints.get(endpoint_of(item.read_url()))
         if ep is None:
             return True
@@ -256,7 +257,7 @@ class EndpointRates:
             self._parking.discard(self)
 
     def refresh(self, mono: float) -> None:
-        """Recount which endpoints are not OPEN (and forget OPEN ones nothing waits on)."""
+        """Recount whether any endpoint is not OPEN or has jobs parked (``watching``)."""
         ceiling = self._ceiling()
         self.watching = any(
             ep.parked or ep.state(ceiling, mono) != "open" for ep in self.endpoints.values()
