@@ -21,12 +21,20 @@ from emq.core.settings import Settings
 from emq.rigs.sink import Sink
 from tests.worker.conftest import Stack, fast_retry
 
+SETTLE_S = 3.0  # the rate starts at the quota (40): a few cuts bring it under the limit (20)
+
 
 @pytest.fixture
 async def board(settings: Settings) -> AsyncIterator[EndpointBoard]:
     b = open_endpoint_board(settings)
     yield b
     await b.aclose()
+
+
+@pytest.fixture
+async def limited_sink() -> AsyncIterator[Sink]:
+    async with Sink(record=True).serving() as s:  # (a log of every request, with its status)
+        yield s
 
 
 @pytest.fixture
@@ -42,9 +50,10 @@ async def _status(board: EndpointBoard, ref: TopicRef, endpoint: str) -> dict[st
 
 @pytest.mark.serial
 async def test_a_rate_limited_endpoint_is_paced_and_the_other_keeps_its_share(
-    stack: Stack, sink: Sink, other_sink: Sink, board: EndpointBoard, worker_process: Any
+    stack: Stack, limited_sink: Sink, other_sink: Sink, board: EndpointBoard, worker_process: Any
 ) -> None:
-    policy = EndpointPolicy(adaptive=True, increase_qps=2.0)
+    sink = limited_sink
+    policy = EndpointPolicy(adaptive=True, increase_qps=1.0)
     ref = await stack.topic("ad", 40, endpoints=policy, retry=fast_retry(8, 0.5))
     limited = f"{sink.base}/limit/20/a"
     jobs = [{"url": limited if i % 4 else other_sink.url("b")} for i in range(240)]
@@ -52,14 +61,17 @@ async def test_a_rate_limited_endpoint_is_paced_and_the_other_keeps_its_share(
     worker_process()
     a = sink.stats.per_second["a"]
     assert await sink.wait_for(lambda: sum(a.values()) >= 120, 20)
-    seconds = sorted(a)[3:-1]  # after the first cuts, whole seconds only
+    seconds = sorted(a)[int(SETTLE_S) : -1]  # after the first cuts, whole seconds only
     assert seconds and max(a[s] for s in seconds) <= 22, dict(a)
     # The other endpoint is never held up by the first: it kept at least its share of the
     # stream (a quarter of the jobs) and drained before the limited one.
     assert len(other_sink.of("b")) == 60
-    # Deliveries are the truth: the 429s, once adapted, are a small part of the requests.
+    # Deliveries are the truth: once adapted (after the first cuts from the quota), the 429s
+    # are a small part of the requests.
+    log = [(at, status) for at, topic, _, status, _ in sink.stats.log if topic == "a"]
+    settled = [status for at, status in log if at >= log[0][0] + SETTLE_S]
+    assert settled.count(429) < 0.05 * len(settled), (settled.count(429), len(settled), dict(a))
     throttled = sink.stats.throttled["a"]
-    assert throttled < 0.1 * sum(a.values()), (throttled, dict(a))
     shown = await _status(board, ref, endpoint_of(limited))
     assert shown["state"] in ("limited", "open") and shown["throttled"] == throttled
     assert "429 at" in shown["reason"] or shown["state"] == "open"
