@@ -49,16 +49,48 @@ async def _status(board: EndpointBoard, ref: TopicRef, endpoint: str) -> dict[st
 
 
 @pytest.mark.serial
-async def test_a_rate_limited_endpoint_is_paced_and_the_other_keeps_its_share(
-    stack: Stack, limited_sink: Sink, other_sink: Sink, board: EndpointBoard, worker_process: Any
+async def test_a_rate_limited_endpoint_is_paced_and_retry_after_holds_a_whole_endpoint(
+    stack: Stack,
+    limited_sink: Sink,
+    other_sink: Sink,
+    sink: Sink,
+    board: EndpointBoard,
+    worker_process: Any,
 ) -> None:
-    sink = limited_sink
+    """One worker, two topics: "ad" (quota 40) sends three quarters of its jobs to an endpoint
+    that answers 429 above 20/s, the rest to another; "ra" (quota 5) meets a 429 with
+    ``Retry-After: 2``."""
     policy = EndpointPolicy(adaptive=True, increase_qps=1.0)
     ref = await stack.topic("ad", 40, endpoints=policy, retry=fast_retry(8, 0.5))
-    limited = f"{sink.base}/limit/20/a"
+    limited = f"{limited_sink.base}/limit/20/a"
     jobs = [{"url": limited if i % 4 else other_sink.url("b")} for i in range(240)]
     await stack.enqueue("ad", jobs)
+    await stack.topic("ra", 5, endpoints=EndpointPolicy(adaptive=True), retry=fast_retry(8, 0.1))
+    sink.behaviour["ra"].status = 429
+    sink.behaviour["ra"].retry_after = "2"
+    held = await stack.enqueue("ra", [{"url": sink.url("ra")} for _ in range(6)])
     worker_process()
+    assert await sink.wait_for(lambda: sink.first_attempt_at, 10)
+    first = min(sink.first_attempt_at.values())
+    await asyncio.sleep(0.5)
+    sink.behaviour["ra"].status = 200
+
+    _check_retry_after(sink, held, first, await sink.wait_for(lambda: len(sink.of("ra")) == 6, 15))
+    await _check_paced(stack, limited_sink, other_sink, board, ref, limited)
+
+
+def _check_retry_after(sink: Sink, ids: list[str], first: float, delivered: bool) -> None:
+    """At 5/s, jobs would have gone every 0.2 s; the endpoint was held for the 2 s instead (the
+    jobs in flight with the first one, at most a tick later, are answered 429 too)."""
+    assert delivered and {d.job_id for d in sink.of("ra")} == set(ids)
+    later = sorted(t - first for t in sink.first_attempt_at.values() if t - first > 0.1)
+    assert later and later[0] >= 1.9, later
+    assert sum(sink.attempts[i] for i in ids) <= len(ids) + 2  # held jobs burnt no attempt
+
+
+async def _check_paced(
+    stack: Stack, sink: Sink, other_sink: Sink, board: EndpointBoard, ref: TopicRef, limited: str
+) -> None:
     a = sink.stats.per_second["a"]
     assert await sink.wait_for(lambda: sum(a.values()) >= 120, 20)
     seconds = sorted(a)[int(SETTLE_S) : -1]  # after the first cuts, whole seconds only
@@ -108,24 +140,3 @@ async def test_an_endpoint_that_keeps_failing_is_disabled_and_its_jobs_held_unti
     await stack.update("down", endpoints=replace(marked))
     assert await sink.wait_for(lambda: {d.job_id for d in sink.of("down")} == set(ids), 15)
     assert await stack.queues.list_dead(GroupRef(ref, 0), None, 10) == []
-
-
-@pytest.mark.serial
-async def test_retry_after_holds_the_whole_endpoint_not_only_the_job(
-    stack: Stack, sink: Sink, worker_process: Any
-) -> None:
-    await stack.topic("ra", 5, endpoints=EndpointPolicy(adaptive=True), retry=fast_retry(8, 0.1))
-    sink.behaviour["ra"].status = 429
-    sink.behaviour["ra"].retry_after = "2"
-    ids = await stack.enqueue("ra", [{"url": sink.url("ra")} for _ in range(6)])
-    worker_process()
-    assert await sink.wait_for(lambda: sink.first_attempt_at, 10)
-    first = min(sink.first_attempt_at.values())
-    await asyncio.sleep(0.5)
-    sink.behaviour["ra"].status = 200
-    assert await sink.wait_for(lambda: {d.job_id for d in sink.of("ra")} == set(ids), 15)
-    # At 5/s, jobs would have gone every 0.2 s; the endpoint was held for the 2 s instead (the
-    # jobs in flight with the first one, at most a tick later, are answered 429 too).
-    later = sorted(t - first for t in sink.first_attempt_at.values() if t - first > 0.1)
-    assert later and later[0] >= 1.9, later
-    assert sum(sink.attempts[i] for i in ids) <= len(ids) + 2  # held jobs burnt no attempt
