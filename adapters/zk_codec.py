@@ -16,6 +16,7 @@ from typing import Any, TypeVar
 from kazoo.exceptions import NoNodeError  # type: ignore[import-untyped]
 
 from adapters import zk
+from emq.core.endpoints import EndpointPolicy
 from emq.core.errors import BackendUnavailable, InvalidInput
 from emq.core.model import Namespace, PriorityMode, RetryPolicy, Tenant, Topic, TopicRef
 
@@ -63,6 +64,8 @@ def encode_topic(topic: Topic) -> bytes:
     d: dict[str, Any] = {name: getattr(topic, name) for name in _TOPIC_SCALARS}
     d["retry"] = topic.retry.to_dict()
     d["priority_mode"] = topic.priority_mode.value
+    if topic.endpoints != EndpointPolicy():  # (topics without the feature stay as they were)
+        d["endpoints"] = topic.endpoints.to_dict()
     return _dump(d)
 
 
@@ -74,6 +77,7 @@ def decode_topic(ref: TopicRef, raw: bytes) -> Topic:
         ref=ref,
         retry=RetryPolicy(**{k: retry[k] for k in _RETRY_FIELDS if k in retry}),
         priority_mode=PriorityMode(d.get("priority_mode", PriorityMode.STRICT.value)),
+        endpoints=EndpointPolicy.from_dict(d.get("endpoints", {})),
         **{k: d[k] for k in _TOPIC_SCALARS if k in d},
     )
 

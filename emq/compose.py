@@ -6,6 +6,7 @@ import redis.asyncio as aioredis
 
 from adapters import zk
 from adapters.redis_conn import client_options
+from adapters.redis_endpoints import RedisEndpointBoard
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import RedisQueueBackend
@@ -15,6 +16,7 @@ from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.settings import FleetSettings
 from allocator.view import ZkFleetView
+from emq.core.endpoints import EndpointBoard
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
 from emq.core.jobs import JobStore
@@ -119,6 +121,17 @@ def open_history(settings: Settings) -> HistoryStore:
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+
+
+def open_endpoint_board(settings: Settings) -> EndpointBoard:
+    """Where workers post their endpoints' statuses and the API reads them (on its own client)."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    return RedisEndpointBoard(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
 
 
 def open_jobs(settings: Settings) -> JobStore:

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from capacity.priority import plan_strict
+from worker.endpoints import EndpointRates
 from worker.groups import Buffered, GroupState, priority_index
 from worker.keys import KeyLines
 
@@ -60,6 +61,11 @@ class Dispatcher:
         self._heap: list[tuple[float, int, GroupState]] = []
         self._seq = itertools.count()
         self._woken = asyncio.Event()
+        # Topics with jobs parked for their endpoint's pace (worker.endpoints): released per tick.
+        self.parking: set[EndpointRates] = set()
+        # Where a job goes that its endpoint cannot take for a while (Outcomes.defer: the
+        # delayed set, no attempt burnt); None: it waits at the head of its buffer instead.
+        self.defer: Callable[[GroupState, Buffered, int], None] | None = None
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -74,6 +80,13 @@ class Dispatcher:
     async def pause(self) -> None:
         """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
         heap = self._heap
+        idle_s = IDLE_WAIT_S
+        if not heap and self.parking:  # parked jobs go at their endpoint's pace
+            idle_s = min(r.next_due() for r in self.parking) - time.monotonic()
+            if idle_s <= self._tick_s:
+                await asyncio.sleep(self._tick_s)
+                return
+            idle_s = min(idle_s, IDLE_WAIT_S)  # (a disabled endpoint's: not before new jobs)
         if heap:
             # Until the first waiting group is due, at most a tick: a group due inside the tick
             # is served on time (its quota's pace), one due already (the senders were full)
@@ -84,7 +97,7 @@ class Dispatcher:
             return
         self._woken.clear()
         try:
-            async with asyncio.timeout(IDLE_WAIT_S):
+            async with asyncio.timeout(idle_s):
                 await self._woken.wait()
         except TimeoutError:
             pass
@@ -92,7 +105,7 @@ class Dispatcher:
     def dispatch(self, budget: int, wall: float, mono: float) -> int:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
         heap = self._heap
-        sent = 0
+        sent = self._release_parked(budget, wall, mono) if self.parking else 0
         while heap and heap[0][0] <= mono and sent < budget:
             _, _, group = heapq.heappop(heap)
             group.scheduled = False
@@ -133,10 +146,21 @@ class Dispatcher:
         else:
             plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
         taken = 0
+        rates = group.topic.rates
+        if rates is not None and not rates.watching:
+            rates = None  # every endpoint of its topic is OPEN: nothing to ask per job
         for rank, (buffer, n) in enumerate(zip(buffers, plan, strict=True)):
             while n and buffer:
                 item = buffer.popleft()
                 key = item.read_key()
+                if rates is not None and not (verdict := rates.admit(group, item, mono)):
+                    if verdict is None:  # too many parked on its endpoint
+                        if self.defer is None:
+                            buffer.appendleft(item)  # the rest of this buffer waits
+                            break
+                        group.budget.used -= len(item.payload)  # (out of the buffers)
+                        self.defer(group, item, int((wall + rates.overflow_s) * 1000))
+                    continue  # parked until its endpoint's pace lets it go (worker.endpoints)
                 if key is not None and not self._admit(group, key, item, rank):
                     if item.key is None:  # held: the rest of this buffer waits
                         buffer.appendleft(item)
@@ -147,6 +171,37 @@ class Dispatcher:
                 n -= 1
                 taken += 1
         return taken
+
+    def _release_parked(self, budget: int, wall: float, mono: float) -> int:
+        """Send parked jobs whose endpoints may take them, oldest first (worker.endpoints)."""
+        sent = 0
+
+        def go(group: GroupState, item: Buffered) -> bool | None:
+            return self._go(group, item, wall)
+
+        for rates in list(self.parking):
+            sent += rates.release(budget - sent, mono, go)
+        return sent
+
+    def _go(self, group: GroupState, item: Buffered, wall: float) -> bool | None:
+        """A parked job's turn at its endpoint: send it now with a grant of its group's quota
+        (False: not now), or None when its group is gone."""
+        if group.stopped or group.buffers is None:
+            return None
+        if group.topic.topic.paused or group.topic.room() <= 0:
+            return False
+        if not group.counter.reserve(1, wall):
+            return False
+        key = item.key
+        if key is not None and not self._admit(group, key, item, priority_index(item.queue)):
+            group.counter.rollback(1, wall)
+            if item.key is None:  # held by its key: back to its buffer, in offset order
+                group.budget.used -= len(item.payload)  # (put_back counts it again)
+                group.put_back(item)
+            return True  # (parked behind its key's job in flight: the key lines have it)
+        item.reserved_at = wall
+        self._send(group, item)
+        return True
 
     def keyed_done(self, group: GroupState, item: Buffered) -> None:
         """The push of a keyed job ended (delivered, handed to retry or the DLQ, or handed back

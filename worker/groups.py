@@ -55,6 +55,7 @@ from emq.core.model import (
     Topic,
     TopicRef,
 )
+from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
 
@@ -147,6 +148,13 @@ class Buffered:
         self.key = key if isinstance(key, str) else None
         return self.key
 
+    def read_url(self) -> str:
+        """Its job's URL ('' for an unreadable entry: it dead-letters on its push)."""
+        try:
+            return str(self._json()["job"]["url"])
+        except Exception:
+            return ""
+
     def job_id(self) -> str:
         """Its job's id ('' for an unreadable entry)."""
         try:
@@ -236,6 +244,7 @@ class TopicState:
         "in_flight",
         "metrics_version",
         "push_sum_s",
+        "rates",
         "slow_at",
         "stats",
         "topic",
@@ -248,6 +257,7 @@ class TopicState:
         self.in_flight = 0
         self.slow_at = -math.inf  # monotonic: a push of it last seen running long (senders.py)
         self.cut = 0  # endpoint slots withheld after pushes that timed out (senders.py)
+        self.rates: EndpointRates | None = None  # per-endpoint rates (worker.endpoints), if on
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
         # For /metrics (cumulative, read at scrape time): successful pushes' total duration;

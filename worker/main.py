@@ -13,6 +13,7 @@ import socket
 
 from aiohttp import web
 
+from emq.core.endpoints import EndpointBoard
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
 from emq.core.jobs import JobStore
@@ -150,6 +151,7 @@ async def run_worker(
     assignment_task: bool = True,
     jobs: JobStore | None = None,
     replays: ReplayStore | None = None,
+    endpoints: EndpointBoard | None = None,
 ) -> None:
     """Run one worker (the caller owns and closes the backends); with ``replays`` it also takes
     its turn at pacing DLQ replays (:mod:`worker.replay`)."""
@@ -171,6 +173,7 @@ async def run_worker(
             history=history,
             max_group_qps=max_group_qps,
             jobs=jobs,
+            endpoints=endpoints,
         )
         runner = None
         ports = settings.metrics_ports()

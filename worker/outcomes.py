@@ -99,6 +99,13 @@ class Outcomes:
         self._joblog.retry(group, item, attempts, result.status, reason, due, honoured)
         self._add(group).retries.append((item, Scheduled(item.queue.priority, again.encode(), due)))
 
+    def defer(self, group: GroupState, item: Buffered, due_ms: int) -> None:
+        """A job its endpoint cannot take for a while (worker.endpoints: too many parked, or
+        disabled): back to the group's delayed set as stored, due at ``due_ms``, its attempts
+        untouched (waiting for an endpoint never burns one)."""
+        scheduled = Scheduled(item.queue.priority, item.payload, due_ms)
+        self._add(group).retries.append((item, scheduled))
+
     def dead(
         self, group: GroupState, item: Buffered, error: str, status: int | None, attempts: int
     ) -> None:

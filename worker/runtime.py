@@ -29,6 +29,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from capacity import split_quota
+from emq.core.endpoints import EndpointBoard
 from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.core.interfaces import (
     AssignmentSource,
@@ -44,6 +45,8 @@ from emq.core.jobs import JobStore
 from emq.core.model import GroupRef, Namespace, Topic, TopicRef
 from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
+from worker.endpoint_report import EndpointCollector, report_loop
+from worker.endpoints import follow
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
@@ -81,6 +84,7 @@ class Worker:
         history: HistoryStore | None = None,
         max_group_qps: int = 150,
         jobs: JobStore | None = None,
+        endpoints: EndpointBoard | None = None,
     ) -> None:
         self.id = worker_id
         self.namespace = namespace
@@ -99,10 +103,13 @@ class Worker:
         # Per-topic histograms and gauges, the buffer bytes and fetches: read at scrape time.
         fetcher = self.fetcher
         self.metrics.watch(self.topics, lambda: fetcher.budget.used, lambda: fetcher.reads)
+        self.metrics.registry.register(EndpointCollector(self.topics))
+        self.endpoint_board = endpoints  # where endpoint statuses go (worker.endpoint_report)
         self.joblog = JobLog(jobs, worker_id)  # job outcomes and group snapshots (job status)
         self.outcomes = Outcomes(
             queues, self._finish, self._drop, outage=self.outage, joblog=self.joblog
         )
+        self.dispatcher.defer = self.outcomes.defer  # (worker.endpoints: overflow, disabled)
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )
@@ -152,6 +159,8 @@ class Worker:
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         self._start("snapshots", self.joblog.run(self.groups))
+        if self.endpoint_board is not None:
+            self._start("endpoints", report_loop(self.endpoint_board, self.id, self.topics))
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -239,9 +248,12 @@ class Worker:
         for ref, topic in topics.items():
             state = self.topics.get(ref)
             if state is None:
-                self.topics[ref] = TopicState(topic)
+                state = self.topics[ref] = TopicState(topic)
+                follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
                 continue
             old, state.topic = state.topic, topic
+            if old.endpoints != topic.endpoints:
+                follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
             if (old.qps, old.groups, old.priority_mode) != (
                 topic.qps,
                 topic.groups,
@@ -358,6 +370,8 @@ class Worker:
     def _forget(self, group: GroupState) -> None:
         """Unregister a RELEASED or DROPPED group."""
         group.drop_buffers()
+        if group.topic.rates is not None:
+            group.topic.rates.forget(group)  # its parked jobs (fetched again by its next owner)
         if self.groups.get(str(group.ref)) is group:
             del self.groups[str(group.ref)]
         if group.topic.groups.get(group.ref.index) is group:
@@ -458,6 +472,8 @@ class Worker:
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
+        if state.rates is not None:
+            state.rates.pushed(item, result, time.monotonic())  # (its endpoint's rate, streak)
         if 200 <= result.status < 300:
             self.outcomes.delivered(group, item, result)
         else:

@@ -55,6 +55,8 @@ class WorkerSettings:
     dlq_trim_interval_s: float = setting(60.0, greater_than(0))
     shutdown_grace_s: float = setting(10.0, at_least(0))
     aging_s: float = setting(10.0, greater_than(0))  # weighted priority: a lower one waits at most
+    # endpoints followed per topic with an endpoint policy (worker.endpoints; bounds metrics)
+    endpoints_per_topic: int = setting(64, between(1, 10_000))
 
     def __post_init__(self) -> None:
         validate(self)

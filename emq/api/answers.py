@@ -52,6 +52,33 @@ class RetryView(TypedDict):
     multiplier: float
 
 
+class EndpointsView(TypedDict):
+    """A topic's per-endpoint flow control (README "Endpoint flow control")."""
+
+    adaptive: bool
+    decrease: float
+    increase_qps: float
+    min_qps: float
+    latency_ms: int
+    disable_after: int
+    disable_after_s: int
+
+
+class EndpointStatus(TypedDict):
+    """One endpoint as one worker sees it: its state, current rate and why."""
+
+    endpoint: Annotated[str, Field(description="host:port")]
+    worker: str
+    state: Literal["open", "limited", "held", "disabled"]
+    rate_qps: Annotated[float, Field(description="current rate on this worker (0: disabled)")]
+    reason: Annotated[str, Field(description='"429 at t", "Retry-After until t", "latency ..."')]
+    reason_at: float | None
+    hold_until: float | None
+    parked: Annotated[int, Field(description="jobs waiting for its pace (no attempt burnt)")]
+    failures: Annotated[int, Field(description="consecutive failures (429s not counted)")]
+    throttled: Annotated[int, Field(description="429/503 answers seen")]
+
+
 class Backlog(TypedDict):
     high: int
     medium: int
@@ -80,11 +107,13 @@ class TopicView(TypedDict):
     retry: RetryView
     dlq_max_entries: int
     dlq_max_age_s: int
+    endpoints: EndpointsView
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]
     per_group: NotRequired[list[GroupBacklog]]
     delivered_per_s: NotRequired[float | None]
+    endpoint_status: NotRequired[list[EndpointStatus]]
 
 
 class Topics(TypedDict):

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import functools
 import json
 import secrets
 import time
@@ -39,6 +40,7 @@ from aiohttp import web
 from capacity import group_count, split_quota
 from emq.api import answers, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.endpoints import enable_endpoint
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
@@ -47,6 +49,7 @@ from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
 from emq.core import schema
+from emq.core.endpoints import EndpointBoard
 from emq.core.errors import (
     BackendUnavailable,
     InvalidInput,
@@ -97,8 +100,10 @@ class Api:
         history: HistoryStore | None = None,
         fleet: FleetView | None = None,
         jobs: JobStore | None = None,
+        endpoints: EndpointBoard | None = None,
     ) -> None:
         self.settings = settings
+        self.endpoints = endpoints
         self.jobs = jobs
         self.fleet = fleet
         self.history = history
@@ -179,6 +184,7 @@ class Api:
             "retry": cast(answers.RetryView, topic.retry.to_dict()),
             "dlq_max_entries": topic.dlq_max_entries,
             "dlq_max_age_s": topic.dlq_max_age_s,
+            "endpoints": cast(answers.EndpointsView, topic.endpoints.view()),
         }
         if secret:
             out["secret"] = topic.secret
@@ -219,7 +225,8 @@ class Api:
         await self.auth.admin(request)
         tenant = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TopicIn, await self._object(request))
-        ns = self.namespace(request) if body.namespace is None else Namespace(body.namespace)
+        query_ns = self.namespace(request)  # (the query is checked even when the body names one)
+        ns = query_ns if body.namespace is None else Namespace(body.namespace)
         ref = TopicRef(ns, tenant, body.topic)
         changes = schema.given(body)
         for name in ("topic", "qps", "namespace"):
@@ -250,7 +257,10 @@ class Api:
         topic = await self.config.get_topic(ref)
         numbers = await topic_backlog(self.queues, topic)
         rate = await self.history.rate(str(ref)) if self.history is not None else None
-        return web.json_response(self.view(topic) | numbers | {"delivered_per_s": rate})
+        shown = self.view(topic) | numbers | {"delivered_per_s": rate}
+        if self.endpoints is not None:  # what workers see of its endpoints (emq.api.endpoints)
+            shown["endpoint_status"] = await self.endpoints.read(str(ref))
+        return web.json_response(shown)
 
     async def patch_topic(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
@@ -276,6 +286,8 @@ class Api:
             new["retry"] = changes["retry"].policy()
         if "priority_mode" in changes:
             new["priority_mode"] = PriorityMode(changes["priority_mode"])
+        if "endpoints" in changes:
+            new["endpoints"] = changes["endpoints"].applied(topic.endpoints)
         return replace(topic, **new)
 
     # ------------------------------------------------------------------ jobs
@@ -451,11 +463,12 @@ def make_app(
     fleet: FleetView | None = None,
     jobs: JobStore | None = None,
     replays: ReplayStore | None = None,
+    endpoints: EndpointBoard | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
     metrics.watch_topics(config, queues, jobs, settings.namespace)
-    handlers = Api(settings, api, config, queues, metrics, history, fleet, jobs)
+    handlers = Api(settings, api, config, queues, metrics, history, fleet, jobs, endpoints)
     app = web.Application(
         client_max_size=api.max_request_bytes,
         middlewares=[metrics.middleware, error_middleware],
@@ -476,6 +489,7 @@ def make_app(
             web.get(topic + "/jobs/{id}", handlers.job_status),
             web.get(topic + "/dlq", handlers.dlq_list),
             web.post(topic + "/dlq/replay", handlers.dlq_replay),
+            web.post(topic + "/endpoints/enable", functools.partial(enable_endpoint, handlers)),
             web.get("/v1/workers", handlers.workers),
             web.get("/healthz", handlers.healthz),
             web.get("/metrics", metrics.handle),

@@ -23,6 +23,7 @@ from emq.api import answers, replay, ui
 from emq.core import schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
+from emq.core.schema.endpoints import EndpointEnableIn
 
 Auth = Literal["admin", "tenant", "none"]
 
@@ -192,6 +193,16 @@ ROUTES = (
         (200, "the replay, cancelled", replay.ReplayView),
         (409, 422, 503),
         query=schema.NamespaceQuery,
+    ),
+    Route(
+        _TOPIC + "/endpoints/enable",
+        "Re-enable an endpoint workers disabled after repeated failures (* for all); its held "
+        "jobs go again",
+        "admin",
+        (200, "the topic", answers.TopicView),
+        (*_BODY_ERRORS, 404, 409),
+        EndpointEnableIn,
+        schema.NamespaceQuery,
     ),
     Route(
         "get",

@@ -27,6 +27,7 @@ from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.api.settings import ApiSettings
 from emq.compose import (
     open_config,
+    open_endpoint_board,
     open_fleet_view,
     open_history,
     open_jobs,
@@ -111,7 +112,10 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
-    app = make_app(settings, api, config, queues, history, fleet, jobs, replays)
+    board = open_endpoint_board(settings)
+    app = make_app(
+        settings, api, config, queues, history, fleet, jobs, replays=replays, endpoints=board
+    )
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
@@ -137,6 +141,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         await fleet.aclose()
         await replays.aclose()
         await jobs.aclose()
+        await board.aclose()
         await history.aclose()
         await config.aclose()
         await queues.aclose()

@@ -90,7 +90,11 @@ class Console:
         numbers.pop("per_group")  # the per-topic route has them; the table does not
         history = self.api.history
         rate = await history.rate(str(topic.ref)) if history is not None else None
-        return self.api.view(topic) | numbers | {"delivered_per_s": rate}
+        row = self.api.view(topic) | numbers | {"delivered_per_s": rate}
+        board = self.api.endpoints
+        if board is not None and topic.endpoints.active:  # (emq.api.endpoints)
+            row["endpoint_status"] = await board.read(str(topic.ref))
+        return row
 
 
 def add_routes(app: web.Application, api: Api) -> None:

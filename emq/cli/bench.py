@@ -44,6 +44,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         )  # fmt: skip
         print(json.dumps(doc, indent=2) if args.json else replay.summary(doc))
         return 0
+    if args.name == "endpoints":  # issue 16: the adaptive per-endpoint rate (emq.bench.endpoints)
+        from emq.bench import endpoints
+
+        doc = endpoints.run(args.duration_s or 30.0)
+        print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
+        return 0 if doc["pass"] else 1
     if args.duration_s is None:
         args.duration_s = 10.0
     if args.name == "all":
@@ -106,7 +112,8 @@ def add_commands(sub: Subparsers) -> None:
         "measured figures (JSON with --json), with a description of the machine.",
     )
     bench.add_argument(
-        "name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "replay", "all"]
+        "name",
+        choices=["enqueue", "dispatch", "plan", "faults", "promises", "replay", "endpoints", "all"],
     )
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"

@@ -64,6 +64,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     from emq.compose import (
         open_config,
+        open_endpoint_board,
         open_fleet,
         open_history,
         open_jobs,
@@ -83,6 +84,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         history = open_history(settings)
         jobs = open_jobs(settings)
         replays = open_replays(settings)
+        board = open_endpoint_board(settings)
         assignment: AssignmentSource | None = None
         try:
             assignment = (
@@ -100,6 +102,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 history=history,
                 jobs=jobs,
                 replays=replays,
+                endpoints=board,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
             )
@@ -108,6 +111,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 await assignment.aclose()
             await replays.aclose()
             await jobs.aclose()
+            await board.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()

@@ -19,6 +19,8 @@ from emq.cli.common import (
     tenant_and_topic,
     where,
 )
+from emq.cli.endpoints import add_commands as add_endpoint_commands
+from emq.cli.endpoints import endpoint_lines, print_status
 from emq.core.errors import InvalidInput
 from emq.core.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Priority, PriorityMode
 
@@ -39,6 +41,7 @@ def _print_topic(body: dict[str, Any]) -> None:
         ("priority_mode", body["priority_mode"]),
         ("retry", retry),
         ("dlq_retention", _dlq_retention(body)),
+        *endpoint_lines(body),
     ]
     if "backlog" in body:
         queued = ", ".join(f"{p} {n}" for p, n in body["backlog"].items())
@@ -54,6 +57,7 @@ def _print_topic(body: dict[str, Any]) -> None:
             for g in body["per_group"]
         ]
         table(("GROUP", "HIGH", "MEDIUM", "LOW", "DELAYED"), rows, "")
+    print_status(body)  # each endpoint's state, rate and why (emq.cli.endpoints)
 
 
 def _dlq_retention(body: dict[str, Any]) -> str:
@@ -233,6 +237,7 @@ def add_commands(sub: Subparsers) -> None:
             description=f"{verb} a topic's jobs; enqueueing is unaffected.",
         )
         tenant_and_topic(p)
+    add_endpoint_commands(topic)
 
 
 def _dlq_flags(p: argparse.ArgumentParser, prefix: str) -> None:

@@ -218,6 +218,14 @@ class Client:
     ) -> dict[str, Any]:
         return await self.update_topic(tenant, topic, namespace=namespace, paused=False)
 
+    async def enable_endpoint(
+        self, tenant: str, topic: str, endpoint: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Re-enable an endpoint (``host:port``, or ``*``) workers disabled (admin)."""
+        path = self._topic_path(tenant, topic, "endpoints", "enable")
+        query = self._topic_query(namespace)
+        return await self._object("POST", path, body={"endpoint": endpoint}, query=query)
+
     # ------------------------------------------------------------------ jobs
 
     async def enqueue(

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, TypeVar
 
+from emq.core.endpoints import EndpointPolicy
 from emq.core.errors import InvalidInput, PayloadTooLarge
 from emq.core.outbound import check_text, push_url, utf8
 
@@ -237,6 +238,7 @@ class Topic:
     secret: str = field(default="", repr=False)  # Standard Webhooks signing secret (whsec_...)
     dlq_max_entries: int = DLQ_MAX_ENTRIES  # per group
     dlq_max_age_s: int = DLQ_MAX_AGE_S
+    endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)  # emq.core.endpoints
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)

@@ -121,6 +121,10 @@ class RedisKeys:
         """Current delivered/s per topic and worker, for 'show topic'."""
         return f"{self.prefix}:rates"
 
+    def endpoint_board(self) -> str:
+        """Each worker's statuses of each topic's endpoints (adaptive rates, disables)."""
+        return f"{self.prefix}:endpoints"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

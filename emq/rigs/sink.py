@@ -25,12 +25,16 @@ Paths:
   (a flaky endpoint: the job succeeds on its ``n + 1``-th attempt).
 * ``/busy/<n>/<topic>``: ``503`` with ``Retry-After: 1`` to the first ``n`` requests of each
   ``webhook-id``, then ``200`` (an endpoint shedding load).
+* ``/limit/<n>/<topic>``: ``200`` while fewer than ``n`` requests to ``<topic>`` were answered
+  ``200`` in the last second (a sliding window), else ``429`` without ``Retry-After`` (an endpoint
+  with a rate limit); the ``200`` s are counted per topic per wall-clock second like ``/t/``, the
+  ``429`` s in ``throttled``.
 * ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
 
 With ``record`` the sink also keeps a delivery log for the promise checker
-(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/``, ``/hang/``, ``/fail/``
-or ``/busy/`` of ``[arrival wall time, topic, webhook-id, status answered (0: never), query
-string]``, read with ``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of
+(:mod:`emq.bench.promises`): one row per request to ``/t/``, ``/slow/``, ``/hang/``, ``/fail/``,
+``/busy/`` or ``/limit/`` of ``[arrival wall time, topic, webhook-id, status answered (0: never),
+query string]``, read with ``GET /_log?from=N`` (rows ``N`` onwards, and ``next``, the ``from`` of
 the following call).
 Off by default: the dispatch benchmarks measure the sender, and the log costs the sink a little.
 
@@ -49,7 +53,7 @@ import random
 import signal
 import socket
 import time
-from collections import Counter, defaultdict
+from collections import Counter, defaultdict, deque
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -59,6 +63,7 @@ import uvloop
 from worker.main import raise_fd_limit
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+_TOO_MANY = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 _FAILED = {
     b"fail": (500, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"),
     b"busy": (
@@ -93,6 +98,8 @@ class Stats:
         self.other = 0
         self.log: list[tuple[float, str, str, int, str]] = []
         self.attempts: defaultdict[bytes, int] = defaultdict(int)  # /fail/, /busy/: per id
+        self.windows: defaultdict[str, deque[float]] = defaultdict(deque)  # /limit/: 200s
+        self.throttled: defaultdict[str, int] = defaultdict(int)  # /limit/: 429s per topic
 
     def note(self, head: bytes, now: float, topic_path: bytes, status: int) -> None:
         """Append a delivery log row (when recording) for a request to ``topic_path``."""
@@ -114,6 +121,7 @@ class Stats:
             "first_at": self.first_at,
             "last_at": self.last_at,
             "hung": self.hung,
+            "throttled": dict(self.throttled),
             "slow": self.slow,
             "other": self.other,
             "per_second": {
@@ -206,6 +214,8 @@ class SinkProtocol(asyncio.Protocol):
             ms, _, slow = path[6:].split(b"?", 1)[0].partition(b"/")
             stats.note(head, now, path[6:].partition(b"/")[2], 200)
             asyncio.get_running_loop().call_later(int(ms) / 1000, self._slow, slow.decode())
+        elif path.startswith(b"/limit/"):
+            self._limit(head, now, path)
         elif path.startswith((b"/fail/", b"/busy/")):
             self._flaky(head, now, path)
         elif path.startswith(b"/hang/"):
@@ -236,6 +246,25 @@ class SinkProtocol(asyncio.Protocol):
         if attempts[webhook_id] <= (int(count) if count.isdigit() else 0):
             status, answer = _FAILED[kind]
         self._stats.note(head, now, rest, status)
+        assert self._transport is not None
+        self._transport.write(answer)
+
+    def _limit(self, head: bytes, now: float, path: bytes) -> None:
+        """``/limit/<n>/<topic>``: 429 once ``n`` were answered 200 in the last second."""
+        count, _, rest = path[7:].partition(b"/")
+        topic = rest.split(b"?", 1)[0].decode()
+        stats = self._stats
+        window = stats.windows[topic]
+        while window and window[0] <= now - 1.0:
+            window.popleft()
+        if len(window) < (int(count) if count.isdigit() else 0):
+            window.append(now)
+            stats.per_second[topic][int(now)] += 1
+            status, answer = 200, _OK
+        else:
+            stats.throttled[topic] += 1
+            status, answer = 429, _TOO_MANY
+        stats.note(head, now, rest, status)
         assert self._transport is not None
         self._transport.write(answer)
 

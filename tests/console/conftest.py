@@ -26,6 +26,7 @@ from playwright.async_api import Browser, Page, async_playwright
 from emq.api import ApiSettings, make_app
 from emq.compose import (
     open_config,
+    open_endpoint_board,
     open_fleet_view,
     open_history,
     open_jobs,
@@ -109,14 +110,24 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
+    board = open_endpoint_board(settings)  # what workers see of endpoints (issue 16)
     app = make_app(
-        settings, ApiSettings(history_interval_s=1), config, queues, history, fleet, jobs, replays
+        settings,
+        ApiSettings(history_interval_s=1),
+        config,
+        queues,
+        history,
+        fleet,
+        jobs,
+        replays=replays,
+        endpoints=board,
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     yield Console(client, str(client.make_url("")).rstrip("/"))
     await client.close()
     await replays.aclose()
+    await board.aclose()
     await jobs.aclose()
     await fleet.aclose()
     await history.aclose()

@@ -91,3 +91,12 @@ def test_a_proc_is_started_checked_and_stopped(tmp_path: Path) -> None:
     with pytest.raises(EmqError, match="bad exited with 2"):
         failed.check()
     assert sys.executable in failed.argv
+
+
+async def test_the_limit_path_answers_429_above_n_in_a_sliding_second() -> None:
+    async with Sink(record=True).serving() as sink, aiohttp.ClientSession() as session:
+        url = f"{sink.base}/limit/3/a"
+        statuses = [(await _post(session, url, f"j{i}"))[0] for i in range(5)]
+        assert statuses == [200, 200, 200, 429, 429]
+        assert sink.stats.throttled["a"] == 2 and sum(sink.stats.per_second["a"].values()) == 3
+        assert [row[3] for row in sink.stats.log] == statuses  # logged with what it answered

@@ -192,7 +192,7 @@ async function pollTopics() {
 
 function topicRow(t, key) {
   const cells = ["tenant", "topic", "qps num", "rate num", "chart", "backlog num", "delayed num",
-    "p99 num", "state"].map((c) => el("td", { class: c }));
+    "p99 num", "endpoints", "state"].map((c) => el("td", { class: c }));
   const row = el("tr", { data: { key, tenant: t.tenant, topic: t.topic } }, ...cells);
   row.querySelector(".chart").append(el("canvas", { width: 240, height: 40 }));
   if (state.admin) {
@@ -220,11 +220,42 @@ function fillTopicRow(row, t) {
   cell("delayed").textContent = t.delayed;
   // p99 enqueue->delivery latency: shown when the API reports it for the topic.
   cell("p99").textContent = t.p99_ms === undefined || t.p99_ms === null ? "—" : `${fmt(t.p99_ms, 0)} ms`;
+  fillEndpoints(cell("endpoints"), t);
   cell("state").textContent = t.paused ? "paused" : "no";
   cell("state").classList.toggle("is-paused", t.paused);
   row.dataset.paused = String(t.paused);
   const pause = row.querySelector(".toggle-pause");
   if (pause) pause.textContent = t.paused ? "Resume" : "Pause";
+}
+
+// Per-endpoint flow control (README "Endpoint flow control"): each endpoint a worker follows,
+// its state and current rate, why in the tooltip; a disabled one can be re-enabled (admin).
+function fillEndpoints(cellEl, t) {
+  const rows = t.endpoint_status || [];
+  if (!rows.length) {
+    cellEl.textContent = t.endpoints && (t.endpoints.adaptive || t.endpoints.disable_after)
+      ? "all open" : "—";
+    return;
+  }
+  cellEl.replaceChildren(...rows.map((s) => {
+    const text = `${s.endpoint} ${s.state}` + (s.state === "disabled" ? "" : ` ${fmt(s.rate_qps)}/s`);
+    const line = el("div", { class: `endpoint is-${s.state}`, title: s.reason || s.state }, text);
+    if (s.state === "disabled" && state.admin) {
+      line.append(" ", el("button", { class: "enable-endpoint", onclick: () =>
+        enableEndpoint(t, s.endpoint) }, "Enable"));
+    }
+    return line;
+  }));
+}
+
+async function enableEndpoint(t, endpoint) {
+  try {
+    await call("POST", `${topicPath(t.tenant, t.topic)}/endpoints/enable`, { endpoint });
+    showError("");
+    $("#topics-at").textContent = `${endpoint} of ${t.topic} re-enabled`;
+  } catch (e) {
+    fail(e);
+  }
 }
 
 async function patchTopic(t, change, done) {

@@ -25,6 +25,8 @@ dead-letter replay), :mod:`~emq.core.schema.queries` (query parameters),
 exports every public name.
 """
 
+from pydantic import BaseModel
+
 from emq.core.schema.common import (
     DEAD_LETTER_ID_PATTERN,
     HEADER_NAME_PATTERN,
@@ -45,6 +47,7 @@ from emq.core.schema.common import (
     PriorityName,
     Query,
 )
+from emq.core.schema.endpoints import EndpointEnableIn, EndpointsIn
 from emq.core.schema.jobs import JobBatchIn, JobBodyValue, JobIn
 from emq.core.schema.queries import DlqQuery, NamespaceQuery
 from emq.core.schema.topics import (
@@ -62,7 +65,7 @@ from emq.core.schema.topics import (
 )
 from emq.core.schema.validation import as_invalid, field_name, given, query, validate
 
-REQUEST_MODELS: tuple[type[Body], ...] = (
+REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobIn,
     JobBatchIn,
     TenantIn,
@@ -70,6 +73,8 @@ REQUEST_MODELS: tuple[type[Body], ...] = (
     TopicIn,
     TopicPatch,
     ReplayIn,
+    EndpointsIn,
+    EndpointEnableIn,
 )
 QUERY_MODELS: tuple[type[Query], ...] = (NamespaceQuery, DlqQuery)
 
@@ -91,6 +96,8 @@ __all__ = [
     "DlqMaxEntries",
     "DlqQuery",
     "EndpointConcurrency",
+    "EndpointEnableIn",
+    "EndpointsIn",
     "IntegralBody",
     "JobBatchIn",
     "JobBodyValue",

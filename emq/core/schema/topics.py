@@ -27,6 +27,7 @@ from emq.core.schema.common import (
     NamespaceName,
     PriorityModeName,
 )
+from emq.core.schema.endpoints import EndpointsIn
 
 _DEFAULT_RETRY = RetryPolicy()
 
@@ -96,6 +97,7 @@ class TopicIn(IntegralBody):
     priority_mode: PriorityModeName = _topic_default("priority_mode")
     dlq_max_entries: DlqMaxEntries = DLQ_MAX_ENTRIES
     dlq_max_age_s: DlqMaxAge = DLQ_MAX_AGE_S
+    endpoints: EndpointsIn = Field(default_factory=EndpointsIn)  # emq.core.schema.endpoints
 
 
 class TopicPatch(IntegralBody):
@@ -125,6 +127,7 @@ class TopicPatch(IntegralBody):
     priority_mode: PriorityModeName = Field(default=None)  # type: ignore[assignment]
     dlq_max_entries: DlqMaxEntries = Field(default=None)  # type: ignore[assignment]
     dlq_max_age_s: DlqMaxAge = Field(default=None)  # type: ignore[assignment]
+    endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[

@@ -22,7 +22,7 @@ from emq.core.schema.common import (
     json_kind,
 )
 
-_M = TypeVar("_M", bound=Body)
+_M = TypeVar("_M", bound=BaseModel)
 _Q = TypeVar("_Q", bound=Query)
 
 # --------------------------------------------------------------------------- validation
