@@ -35,6 +35,8 @@ _TOPIC_SCALARS = (
     "secret",
     "dlq_max_entries",  # (absent from topics stored before DLQ retention: the defaults)
     "dlq_max_age_s",
+    "weight",  # (absent from topics stored before tenant quotas and bursts: the defaults)
+    "burst",
 )
 
 
@@ -55,6 +57,7 @@ def decode_tenant(name: str, raw: bytes) -> Tenant:
         display_name=str(d.get("display_name", "")),
         token_sha256=str(d.get("token_sha256", "")),
         created_at=float(d.get("created_at", 0.0)),
+        qps_caps={str(k): int(v) for k, v in d.get("qps_caps", {}).items()},
     )
 
 

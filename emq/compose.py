@@ -6,6 +6,7 @@ import redis.asyncio as aioredis
 
 from adapters import zk
 from adapters.redis_conn import client_options
+from adapters.redis_demand import RedisDemandBoard
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import RedisQueueBackend
@@ -130,3 +131,14 @@ def open_jobs(settings: Settings) -> JobStore:
     )
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisJobStore(client, keys, ttl_s=settings.job_record_ttl_s, owns_client=True)
+
+
+def open_demand(settings: Settings) -> RedisDemandBoard:
+    """The tenant quota's demand board (worker.tenant_quota), on a client of its own."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    return RedisDemandBoard(client, RedisKeys(settings.redis_key_prefix), owns_client=True)

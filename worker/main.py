@@ -13,6 +13,7 @@ import socket
 
 from aiohttp import web
 
+from emq.core.demand import DemandBoard
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
 from emq.core.jobs import JobStore
@@ -147,6 +148,7 @@ async def run_worker(
     stop: asyncio.Event | None = None,
     assignment_task: bool = True,
     jobs: JobStore | None = None,
+    demand: DemandBoard | None = None,
 ) -> None:
     """Run one worker (the caller owns and closes the backends)."""
     stop = stop or asyncio.Event()
@@ -167,6 +169,7 @@ async def run_worker(
             history=history,
             max_group_qps=max_group_qps,
             jobs=jobs,
+            demand=demand,
         )
         runner = None
         ports = settings.metrics_ports()

@@ -62,7 +62,14 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
-    from emq.compose import open_config, open_fleet, open_history, open_jobs, open_queues
+    from emq.compose import (
+        open_config,
+        open_demand,
+        open_fleet,
+        open_history,
+        open_jobs,
+        open_queues,
+    )
     from emq.core.interfaces import AssignmentSource
     from worker.main import default_worker_id, run_worker
     from worker.standalone import StandaloneAssignment
@@ -75,6 +82,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         config = await open_config(settings)
         history = open_history(settings)
         jobs = open_jobs(settings)
+        demand = open_demand(settings)
         assignment: AssignmentSource | None = None
         try:
             assignment = (
@@ -91,6 +99,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 assignment=assignment,
                 history=history,
                 jobs=jobs,
+                demand=demand,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
             )
@@ -98,6 +107,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
             if assignment is not None:  # a fleet member leaves only once it released its groups
                 await assignment.aclose()
             await jobs.aclose()
+            await demand.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()

@@ -125,6 +125,10 @@ class RedisKeys:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"
 
+    def tenant_demand(self, ns: Namespace, tenant: str) -> str:
+        """A capped tenant's demand board: one field per owning worker (tenant quota)."""
+        return f"{self.prefix}:tq:{ns.value}:{escape(tenant)}"
+
 
 def _zk_component(value: str, what: str) -> str:
     if not value or "/" in value or value in (".", ".."):
