@@ -38,6 +38,9 @@ class TenantRow(TypedDict):
     tenant: str
     name: str
     created_at: float
+    qps_caps: NotRequired[
+        Annotated[dict[str, int], Field(description="namespace -> cap over its topics there")]
+    ]
 
 
 class Tenants(TypedDict):
@@ -80,6 +83,8 @@ class TopicView(TypedDict):
     retry: RetryView
     dlq_max_entries: int
     dlq_max_age_s: int
+    weight: NotRequired[int]
+    burst: NotRequired[int]
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]

@@ -44,6 +44,7 @@ from emq.core.model import (
     DLQ_MAX_AGE_S,
     DLQ_MAX_ENTRIES,
     MAX_TOPIC_QPS,
+    MAX_TOPIC_WEIGHT,
     NAME_RE,
     RESERVED_HEADERS,
     Job,
@@ -79,6 +80,9 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+_INTEGRAL = (int, int | None)
+
+
 class IntegralBody(Body):
     """A body with integer fields: ``10.0`` is the integer 10, as JSON Schema's ``integer``
     says (``10.5`` stays a float and is refused). Only the bodies that have integers pay for
@@ -95,7 +99,7 @@ class IntegralBody(Body):
             if isinstance(v, float)
             and v.is_integer()
             and k in fields
-            and fields[k].annotation is int
+            and fields[k].annotation in _INTEGRAL
             else v
             for k, v in data.items()
         }
@@ -308,6 +312,27 @@ DlqMaxAge = Annotated[
 ]
 
 
+Weight = Annotated[
+    int, Field(ge=1, le=MAX_TOPIC_WEIGHT, description="share of its tenant's cap (default 1)")
+]
+Burst = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_TOPIC_QPS,
+        description="jobs above the steady pace after idle; any 1 s window: qps + burst + groups",
+    ),
+]
+
+
+class TenantPatch(IntegralBody):
+    """A tenant's cap over all its topics in one namespace (the request's namespace unless
+    given); ``null`` removes it."""
+
+    qps_cap: Annotated[int | None, Field(ge=1, le=MAX_TOPIC_QPS)]
+    namespace: NamespaceName | None = None
+
+
 class TopicIn(IntegralBody):
     """A new topic; its groups follow the split rule, its signing secret is made for it."""
 
@@ -320,6 +345,8 @@ class TopicIn(IntegralBody):
     priority_mode: PriorityModeName = _topic_default("priority_mode")
     dlq_max_entries: DlqMaxEntries = DLQ_MAX_ENTRIES
     dlq_max_age_s: DlqMaxAge = DLQ_MAX_AGE_S
+    weight: Weight = 1
+    burst: Burst = 0
 
 
 class TopicPatch(IntegralBody):
@@ -349,6 +376,8 @@ class TopicPatch(IntegralBody):
     priority_mode: PriorityModeName = Field(default=None)  # type: ignore[assignment]
     dlq_max_entries: DlqMaxEntries = Field(default=None)  # type: ignore[assignment]
     dlq_max_age_s: DlqMaxAge = Field(default=None)  # type: ignore[assignment]
+    weight: Weight = Field(default=None)  # type: ignore[assignment]
+    burst: Burst = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[
@@ -389,6 +418,7 @@ REQUEST_MODELS: tuple[type[Body], ...] = (
     JobIn,
     JobBatchIn,
     TenantIn,
+    TenantPatch,
     RetryIn,
     TopicIn,
     TopicPatch,
