@@ -200,5 +200,6 @@ class TenantQuota:
         # Falls at once; rises only to what every division of the last HOLD_S allowed.
         new = share if now is None or share < now else max(now, held)
         if new != now:
+            log.debug("topic %s: tenant share %s -> %d QPS", state.ref, now, new)
             state.tenant_share = new
             self._reconfigure(state)

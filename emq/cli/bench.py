@@ -37,6 +37,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if doc["ok"] else 1
     if args.duration_s is None:
         args.duration_s = 10.0
+    if args.name == "tenant-quota":
+        return _tenant_quota(args)
     if args.name == "all":
         from emq.bench import suite
 
@@ -84,6 +86,17 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _tenant_quota(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from emq.bench import tenant_quota
+
+    say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    result = uvloop.run(tenant_quota.run(args.duration_s, say))
+    print(json.dumps(result, indent=2) if args.json else tenant_quota.summary(result))
+    return 0 if result["ok"] else 1
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -96,7 +109,10 @@ def add_commands(sub: Subparsers) -> None:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument("name", choices=["enqueue", "dispatch", "plan", "faults", "promises", "all"])
+    bench.add_argument(
+        "name",
+        choices=["enqueue", "dispatch", "plan", "faults", "promises", "all", "tenant-quota"],
+    )
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
