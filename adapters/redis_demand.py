@@ -11,11 +11,11 @@ tenant nobody owns any more leaves nothing behind) and ``HGETALL``. Posts older 
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from collections.abc import Mapping
 from typing import Any
 
-import orjson
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
@@ -57,7 +57,7 @@ class RedisDemandBoard(DemandBoard):
         pipe = self._client.pipeline(transaction=False)
         for tenant, loads in mine.items():
             post = {"t": now, "l": {name: load.to_list() for name, load in loads.items()}}
-            pipe.hset(keys[tenant], worker_id, orjson.dumps(post))
+            pipe.hset(keys[tenant], worker_id, json.dumps(post))
             pipe.pexpire(keys[tenant], int(stale_s * KEEP_FOR * 1000))
             pipe.hgetall(keys[tenant])
         try:
@@ -79,7 +79,7 @@ class RedisDemandBoard(DemandBoard):
     @staticmethod
     def _read(raw: bytes) -> tuple[float, Loads] | None:
         try:
-            post: Any = orjson.loads(raw)
+            post: Any = json.loads(raw)
             loads = {str(n): TopicLoad.from_list(v) for n, v in post["l"].items()}
             return float(post["t"]), loads
         except (ValueError, KeyError, TypeError, AttributeError):
