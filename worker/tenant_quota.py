@@ -194,8 +194,8 @@ class TenantQuota:
         if allowed is None:  # (the share so far counts as a division: a rise waits HOLD_S)
             allowed = self._allowed[state.ref] = deque([(mono, now)] if now is not None else [])
         allowed.append((mono, share))
-        while allowed[0][0] < mono - HOLD_S:
-            allowed.popleft()
+        while len(allowed) > 1 and allowed[1][0] <= mono - HOLD_S:
+            allowed.popleft()  # (the first left is the division in force HOLD_S ago)
         held = min(s for _t, s in allowed)
         # Falls at once; rises only to what every division of the last HOLD_S allowed.
         new = share if now is None or share < now else max(now, held)
