@@ -39,9 +39,9 @@ from worker.outage import Outage
 
 log = logging.getLogger(__name__)
 
-PERIOD_S = 0.25  # publish, read and divide this often
+PERIOD_S = 0.2  # publish, read and divide this often
 STALE_S = 1.0  # a post older than this is ignored (its worker stopped, or lost its groups)
-HOLD_S = 0.6  # a share rises only once the division has allowed it this long (> one period)
+HOLD_S = 0.45  # a share rises only once the division has allowed it this long (> one period)
 
 Reconfigure = Callable[[TopicState], None]
 
@@ -200,6 +200,6 @@ class TenantQuota:
         # Falls at once; rises only to what every division of the last HOLD_S allowed.
         new = share if now is None or share < now else max(now, held)
         if new != now:
-            log.debug("topic %s: tenant share %s -> %d QPS", state.ref, now, new)
+            log.info("topic %s: tenant share %s -> %d QPS", state.ref, now, new)
             state.tenant_share = new
             self._reconfigure(state)

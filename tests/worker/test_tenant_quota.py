@@ -42,9 +42,9 @@ async def test_a_tenant_cap_holds_across_the_fleet_and_is_shared_by_weight(
             await asyncio.sleep(0.05)  # (polling the board)
     finally:
         await board.aclose()
-    for name, seconds in (("a", 12), ("b", 12), ("c", 3)):
+    for name, seconds in (("a", 13), ("b", 13), ("c", 4)):
         await stack.enqueue(name, [{"url": sink.url(name)} for _ in range(CAP // 3 * seconds)])
-    assert await sink.wait_for(lambda: len(sink.of("c")) >= CAP // 3 * 3, 15), workers[0].log()
+    assert await sink.wait_for(lambda: len(sink.of("c")) >= CAP // 3 * 4, 15), workers[0].log()
     drained = max(d.at for d in sink.of("c"))
     assert await sink.wait_for(lambda: time.time() > drained + 4.2, 6)
 
@@ -54,7 +54,10 @@ async def test_a_tenant_cap_holds_across_the_fleet_and_is_shared_by_weight(
     full = sorted(total)[1:-1]
     assert max(total[s] for s in full) <= 1.05 * CAP, sorted(total.items())
     start = min(d.at for d in sink.deliveries)
-    shared = [s for s in full if start + 1 <= s and s + 1 <= drained]  # all three backlogged
+    # All three backlogged, from 2 s after the start (a topic whose backlog begins waits for
+    # the others' owners to give its share back: a period and HOLD_S).
+    shared = [s for s in full if start + 2 <= s and s + 1 <= drained]
+    assert shared
     for name in ("a", "b", "c"):
         counts = [sink.per_second(name).get(s, 0) for s in shared]
         assert all(CAP / 3 * 0.85 <= n <= CAP / 3 * 1.05 + 2 for n in counts), (name, counts)
