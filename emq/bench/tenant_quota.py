@@ -88,7 +88,7 @@ def figures(log: Sequence[Delivery], drained: float) -> dict[str, Any]:
     rise = _rise_s(log, drained)
     worst = max(total[s] for s in full)
     window, at = busiest_window_at(sorted(d.at for d in log))
-    result = {
+    result: dict[str, Any] = {
         "cap": CAP,
         "topic_qps": QPS,
         "tenant_busiest_second": worst,
