@@ -16,8 +16,9 @@ the busy ones gave it back). Before the first division a topic of a capped tenan
 static share, ``cap * weight / weights of all the tenant's topics in the namespace``: safe
 whatever the others do.
 
-The tenant's cap is read from the config store's cache every period (a change applies within
-one period plus ``HOLD_S``). Without a board (a worker built without one) the division uses
+The caps are read from the config store's cache every ``CAPS_S`` (a change applies within that
+plus a period, plus ``HOLD_S`` for a rise); with no capped tenant among those it owns groups of,
+a period does nothing else. Without a board (a worker built without one) the division uses
 this worker's loads alone: right when it owns all of the tenant's groups (standalone).
 """
 
@@ -42,6 +43,7 @@ log = logging.getLogger(__name__)
 PERIOD_S = 0.2  # publish, read and divide this often
 STALE_S = 1.0  # a post older than this is ignored (its worker stopped, or lost its groups)
 HOLD_S = 0.45  # a share rises only once the division has allowed it this long (> one period)
+CAPS_S = 1.0  # the caps of the tenants it owns groups of are read (from the cache) this often
 
 Reconfigure = Callable[[TopicState], None]
 
@@ -70,6 +72,7 @@ class TenantQuota:
         self.caps: dict[str, int] = {}  # capped tenants (this worker's view of the config)
         self._seen: dict[TopicRef, tuple[float, int]] = {}  # (monotonic, outcomes) last period
         self._allowed: dict[TopicRef, deque[tuple[float, int]]] = {}  # divisions, last HOLD_S
+        self._caps_due = 0.0  # (monotonic)
 
     # ------------------------------------------------------------------ what groups read
 
@@ -111,25 +114,23 @@ class TenantQuota:
                 self._outage.resumed("tenant quota")
 
     async def step(self, mono: float) -> None:
-        """One period (public for tests)."""
-        owned = self._owned_by_tenant()
-        await self._refresh_caps(owned)
-        capped = {t: refs for t, refs in owned.items() if t in self.caps}
+        """One period (public for tests). Without any capped tenant it costs nothing but the
+        caps' refresh every CAPS_S (a worker owning 10 000 idle queues must stay idle)."""
+        if mono >= self._caps_due:
+            self._caps_due = mono + CAPS_S
+            await self._refresh_caps({r.tenant for r, t in self._topics.items() if t.groups})
+        if not self.caps:
+            return
+        capped: dict[str, list[TopicRef]] = {}
+        for ref, state in self._topics.items():
+            if state.groups and ref.tenant in self.caps:
+                capped.setdefault(ref.tenant, []).append(ref)
         mine = {t: self._loads(refs, mono) for t, refs in capped.items()}
         posts = await self._exchange(mine)
         for tenant, refs in capped.items():
             shares = divide(self.caps[tenant], self._demands(tenant, posts.get(tenant, [])))
             for ref in refs:
                 self._apply(self._topics[ref], shares.get(ref.topic), mono)
-
-    def _owned_by_tenant(self) -> dict[str, list[TopicRef]]:
-        owned: dict[str, list[TopicRef]] = {}
-        for ref, state in self._topics.items():
-            if state.groups:
-                owned.setdefault(ref.tenant, []).append(ref)
-            elif state.tenant_share is not None and ref.tenant not in self.caps:
-                state.tenant_share = None
-        return owned
 
     async def _refresh_caps(self, owned: Iterable[str]) -> None:
         for tenant in owned:
