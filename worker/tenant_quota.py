@@ -84,7 +84,8 @@ class TenantQuota:
             if cap is None:
                 return topic.topic.qps
             share = topic.tenant_share = self._static_share(topic, cap)
-        return min(topic.topic.qps, share)
+        # (at least 1 per group: a share from before the topic gained groups may be less)
+        return max(topic.topic.groups, min(topic.topic.qps, share))
 
     def _static_share(self, topic: TopicState, cap: int) -> int:
         tenant = topic.ref.tenant
