@@ -111,6 +111,8 @@ class TenantQuota:
                 await self.step(time.monotonic())
             except BackendUnavailable as e:
                 self._outage.noted("tenant quota", e)  # shares stay as they are meanwhile
+            except Exception:  # a bug here must not stop the worker's deliveries
+                log.exception("tenant quota: a period failed; shares stay as they are")
             else:
                 self._outage.resumed("tenant quota")
 
