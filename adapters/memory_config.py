@@ -68,6 +68,14 @@ class MemoryConfigStore(ConfigStore):
         self._check_open()
         return [self._tenants[name] for name in sorted(self._tenants)]
 
+    async def update_tenant(self, name: str, change: Callable[[Tenant], Tenant]) -> Tenant:
+        """Apply ``change`` atomically; its exceptions abort the update and propagate."""
+        updated = change(await self.get_tenant(name))
+        if updated.name != name:
+            raise InvalidInput("tenant", f"a change may not rename tenant {name}")
+        self._tenants[name] = updated
+        return updated
+
     async def create_topic(self, topic: Topic) -> None:
         """Store a new topic; ``NotFound`` without its tenant, ``AlreadyExists`` if taken."""
         self._check_open()

@@ -37,6 +37,9 @@ _TOPIC_SCALARS = (
     "dlq_max_entries",  # (absent from topics stored before DLQ retention: the defaults)
     "dlq_max_age_s",
 )
+# Written only when not the default (a topic without them stores what it did before tenant
+# quotas and bursts); absent, the default.
+_TOPIC_OPTIONAL = {"weight": 1, "burst": 0}
 
 
 def _dump(value: Mapping[str, Any]) -> bytes:
@@ -45,7 +48,10 @@ def _dump(value: Mapping[str, Any]) -> bytes:
 
 def encode_tenant(tenant: Tenant) -> bytes:
     """The JSON stored at a tenant's node (the token only as its SHA-256)."""
-    return _dump(dataclasses.asdict(tenant))
+    d = dataclasses.asdict(tenant)
+    if not d["qps_caps"]:
+        del d["qps_caps"]  # (no cap: the node is what it was before tenant quotas)
+    return _dump(d)
 
 
 def decode_tenant(name: str, raw: bytes) -> Tenant:
@@ -56,12 +62,14 @@ def decode_tenant(name: str, raw: bytes) -> Tenant:
         display_name=str(d.get("display_name", "")),
         token_sha256=str(d.get("token_sha256", "")),
         created_at=float(d.get("created_at", 0.0)),
+        qps_caps={str(k): int(v) for k, v in d.get("qps_caps", {}).items()},
     )
 
 
 def encode_topic(topic: Topic) -> bytes:
     """The JSON stored at a topic's node: every field but ``ref``, which is the node's path."""
     d: dict[str, Any] = {name: getattr(topic, name) for name in _TOPIC_SCALARS}
+    d |= {k: v for k, default in _TOPIC_OPTIONAL.items() if (v := getattr(topic, k)) != default}
     d["retry"] = topic.retry.to_dict()
     d["priority_mode"] = topic.priority_mode.value
     if topic.endpoints != EndpointPolicy():  # (topics without the feature stay as they were)
@@ -78,7 +86,7 @@ def decode_topic(ref: TopicRef, raw: bytes) -> Topic:
         retry=RetryPolicy(**{k: retry[k] for k in _RETRY_FIELDS if k in retry}),
         priority_mode=PriorityMode(d.get("priority_mode", PriorityMode.STRICT.value)),
         endpoints=EndpointPolicy.from_dict(d.get("endpoints", {})),
-        **{k: d[k] for k in _TOPIC_SCALARS if k in d},
+        **{k: d[k] for k in (*_TOPIC_SCALARS, *_TOPIC_OPTIONAL) if k in d},
     )
 
 

@@ -78,6 +78,7 @@ from emq.core.errors import (
     AlreadyExists,
     BackendUnavailable,
     ConfigConflict,
+    InvalidInput,
     NotFound,
 )
 from emq.core.interfaces import ConfigStore
@@ -204,6 +205,43 @@ class ZkConfigStore(ConfigStore):
             raise zk.unavailable(error, f"creating tenant {tenant.name}") from error
         log.info("created tenant %s", tenant.name)
         self._tenants_mirror().note(tenant.name, tenant, seq)
+
+    async def update_tenant(self, name: str, change: Callable[[Tenant], Tenant]) -> Tenant:
+        """Compare-and-set ``change`` on the stored tenant; ``ConfigConflict`` if races persist."""
+        await self._ready()
+        path = self._paths.tenant(name)
+        for attempt in range(self._cas_attempts):
+            try:
+                data, stat = await self._one(f"reading tenant {name}", self._client.get_async(path))
+            except NoNodeError as e:
+                raise NotFound(f"tenant {name!r} does not exist") from e
+            current = decode_one(path, decode_tenant, name, data)
+            updated = change(current)
+            if updated.name != name:
+                raise InvalidInput("tenant", f"a change may not rename tenant {name}")
+            if updated == current:
+                return current
+            if await self._write_tenant(updated, stat.version):
+                log.info("updated tenant %s (qps caps %s)", name, dict(updated.qps_caps))
+                return updated
+            await asyncio.sleep(random.uniform(0, min(0.2, 0.005 * 2**attempt)))
+        raise ConfigConflict(f"tenant {name} kept changing under {self._cas_attempts} updates")
+
+    async def _write_tenant(self, tenant: Tenant, version: int) -> bool:
+        """Write ``tenant`` if its node is still at ``version``; False if someone was first."""
+        tx = self._client.transaction()
+        tx.set_data(self._paths.tenant(tenant.name), encode_tenant(tenant), version)
+        tx.set_data(self._paths.tenants_version(), tenant.name.encode())
+        seq = self._issue()
+        failed = await self._commit(tx, f"updating tenant {tenant.name}")
+        if failed is None:
+            self._tenants_mirror().note(tenant.name, tenant, seq)
+            return True
+        if isinstance(failed[1], BadVersionError):
+            return False
+        if isinstance(failed[1], NoNodeError):
+            raise NotFound(f"tenant {tenant.name!r} does not exist") from failed[1]
+        raise zk.unavailable(failed[1], f"updating tenant {tenant.name}") from failed[1]
 
     async def get_tenant(self, name: str) -> Tenant:
         """One tenant, from the cache if it holds it; ``NotFound`` if there is none."""

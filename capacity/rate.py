@@ -31,6 +31,13 @@ most ``x * qps`` plus its bucket's burst, and any window across the handover hol
 rebalance would cost each moved group a second of its quota; a contested claim already waits
 out its former holder, see ``worker.runtime``.)
 
+**Burst** (a topic's ``burst``, split over its groups like its quota): a group may send
+``extra`` jobs above the steady pace after idle. The log then holds the last ``qps + extra``
+grants and the bucket ``extra`` more tokens; it still fills at ``qps`` a second, so the
+sustained rate stays ``qps`` and the extra jobs come back only while the group sends less than
+its quota. Any window of ``window_s`` holds at most ``qps + extra`` grants (the same argument as
+above with ``qps + extra`` in the log). ``extra = 0`` is exactly the counter without a burst.
+
 Time is wall-clock seconds (windows align with receivers'). A clock that steps back by more than
 a window empties the log (stamps from the "future" would otherwise stall the group until the
 clock catches up); a smaller step back is treated as no time passing.
@@ -47,10 +54,13 @@ EPSILON = 1e-9  # tokens accrue in floats: 0.9999999999 of a token is one
 class QpsCounter:
     """One group's budget. ``now`` is wall-clock seconds."""
 
-    __slots__ = ("_log", "_stamp", "_tokens", "burst_s", "qps", "window_s")
+    __slots__ = ("_log", "_stamp", "_tokens", "burst_s", "extra", "qps", "window_s")
 
-    def __init__(self, qps: int, *, burst_s: float = 0.03, window_s: float = 1.0) -> None:
+    def __init__(
+        self, qps: int, *, burst_s: float = 0.03, window_s: float = 1.0, extra: int = 0
+    ) -> None:
         self.qps = qps
+        self.extra = extra  # jobs above the steady pace after idle (see "Burst")
         self.burst_s = burst_s
         self.window_s = window_s
         self._log: deque[float] = deque()  # stamps of the last (up to) qps grants, oldest first
@@ -59,7 +69,7 @@ class QpsCounter:
 
     @property
     def burst(self) -> float:
-        return 1.0 + self.qps * self.burst_s
+        return 1.0 + self.qps * self.burst_s + self.extra
 
     def _advance(self, now: float) -> float:
         """Refill the bucket up to ``now``; returns the time to stamp grants with."""
@@ -78,11 +88,11 @@ class QpsCounter:
 
     def _log_room(self, now: float) -> int:
         """Grants the sliding log allows at ``now`` (stamps a window old leave it)."""
-        log, qps = self._log, self.qps
+        log, most = self._log, self.qps + self.extra
         limit = now - self.window_s  # (no epsilon: the bound is exact, rounding only delays)
-        while log and (log[0] <= limit or len(log) > qps):  # (more than qps: quota lowered)
+        while log and (log[0] <= limit or len(log) > most):  # (more: quota lowered)
             log.popleft()
-        return qps - len(log)
+        return most - len(log)
 
     def available(self, now: float) -> int:
         """What :meth:`reserve` would grant right now."""
@@ -154,7 +164,9 @@ class QpsCounter:
         self._log = deque(start + step * (i + 1) for i in range(self.qps))
         self._tokens = 0.0
 
-    def set_qps(self, qps: int) -> None:
-        """Apply a new quota at once; grants of the last window still count."""
+    def set_qps(self, qps: int, extra: int | None = None) -> None:
+        """Apply a new quota (and burst) at once; grants of the last window still count."""
         self.qps = qps
+        if extra is not None:
+            self.extra = extra
         self._tokens = min(self._tokens, self.burst)

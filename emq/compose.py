@@ -6,6 +6,7 @@ import redis.asyncio as aioredis
 
 from adapters import zk
 from adapters.redis_conn import client_options
+from adapters.redis_demand import RedisDemandBoard
 from adapters.redis_endpoints import RedisEndpointBoard
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
@@ -113,45 +114,40 @@ def open_fleet_view(settings: Settings) -> FleetView:
     )
 
 
-def open_history(settings: Settings) -> HistoryStore:
+def _own_redis(settings: Settings) -> aioredis.Redis | aioredis.RedisCluster:
+    """A Redis client of its own for one store (each store closes the client it owns)."""
     options = client_options(settings.redis_cluster)
-    client = (
-        aioredis.RedisCluster.from_url(settings.redis_url, **options)
-        if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url, **options)
-    )
-    return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+    if settings.redis_cluster:
+        return aioredis.RedisCluster.from_url(settings.redis_url, **options)
+    return aioredis.Redis.from_url(settings.redis_url, **options)
+
+
+def open_history(settings: Settings) -> HistoryStore:
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisHistoryStore(_own_redis(settings), keys, owns_client=True)
 
 
 def open_endpoint_board(settings: Settings) -> EndpointBoard:
-    """Where workers post their endpoints' statuses and the API reads them (on its own client)."""
-    options = client_options(settings.redis_cluster)
-    client = (
-        aioredis.RedisCluster.from_url(settings.redis_url, **options)
-        if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url, **options)
-    )
-    return RedisEndpointBoard(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+    """Where workers post their endpoints' statuses and the API reads them."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisEndpointBoard(_own_redis(settings), keys, owns_client=True)
 
 
 def open_jobs(settings: Settings) -> JobStore:
-    """Job records and group snapshots (``EMQ_JOB_RECORD_TTL_S``), on a client of their own."""
-    options = client_options(settings.redis_cluster)
-    client = (
-        aioredis.RedisCluster.from_url(settings.redis_url, **options)
-        if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url, **options)
-    )
+    """Job records and group snapshots (``EMQ_JOB_RECORD_TTL_S``)."""
     keys = RedisKeys(settings.redis_key_prefix)
-    return RedisJobStore(client, keys, ttl_s=settings.job_record_ttl_s, owns_client=True)
+    return RedisJobStore(
+        _own_redis(settings), keys, ttl_s=settings.job_record_ttl_s, owns_client=True
+    )
 
 
 def open_replays(settings: Settings) -> RedisReplayStore:
-    """DLQ replays and their progress (issue 16), on a client of their own."""
-    options = client_options(settings.redis_cluster)
-    client = (
-        aioredis.RedisCluster.from_url(settings.redis_url, **options)
-        if settings.redis_cluster
-        else aioredis.Redis.from_url(settings.redis_url, **options)
-    )
-    return RedisReplayStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+    """DLQ replays and their progress (issue 16)."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisReplayStore(_own_redis(settings), keys, owns_client=True)
+
+
+def open_demand(settings: Settings) -> RedisDemandBoard:
+    """The tenant quota's demand board (worker.tenant_quota)."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisDemandBoard(_own_redis(settings), keys, owns_client=True)

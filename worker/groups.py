@@ -247,11 +247,13 @@ class TopicState:
         "rates",
         "slow_at",
         "stats",
+        "tenant_share",
         "topic",
     )
 
     def __init__(self, topic: Topic) -> None:
         self.topic = topic
+        self.tenant_share: int | None = None  # its share of its tenant's cap (worker.tenant_quota)
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
         self.in_flight = 0
@@ -339,7 +341,9 @@ class GroupState:
         self.ref = ref
         self.epoch = epoch
         self.topic = topic
-        self.counter = QpsCounter(qps, window_s=GRANT_WINDOW_S)
+        self.counter = QpsCounter(
+            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
+        )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).
         self.buffers: Buffers | None = None
@@ -409,7 +413,7 @@ class GroupState:
         return WeightedPlanner() if topic.priority_mode is PriorityMode.WEIGHTED else None
 
     def reconfigure(self, qps: int) -> None:
-        self.counter.set_qps(qps)
+        self.counter.set_qps(qps, burst_share(self.topic.topic, self.ref.index))
         if (self.planner is None) != (self.topic.topic.priority_mode is PriorityMode.STRICT):
             self.planner = self._planner(self.topic.topic)
 
@@ -462,6 +466,13 @@ class GroupState:
 
     def queues(self) -> tuple[QueueRef, ...]:
         return tuple(self.progress)
+
+
+def burst_share(topic: Topic, index: int) -> int:
+    """Group ``index``'s part of its topic's ``burst``, split like the quota (they differ by at
+    most one and sum to the burst)."""
+    base, more = divmod(topic.burst, topic.groups)
+    return base + 1 if index < more else base
 
 
 def priority_index(queue: QueueRef) -> int:

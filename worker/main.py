@@ -13,6 +13,7 @@ import socket
 
 from aiohttp import web
 
+from emq.core.demand import DemandBoard
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, HistoryStore
@@ -152,6 +153,7 @@ async def run_worker(
     jobs: JobStore | None = None,
     replays: ReplayStore | None = None,
     endpoints: EndpointBoard | None = None,
+    demand: DemandBoard | None = None,
 ) -> None:
     """Run one worker (the caller owns and closes the backends); with ``replays`` it also takes
     its turn at pacing DLQ replays (:mod:`worker.replay`)."""
@@ -174,6 +176,7 @@ async def run_worker(
             max_group_qps=max_group_qps,
             jobs=jobs,
             endpoints=endpoints,
+            demand=demand,
         )
         runner = None
         ports = settings.metrics_ports()

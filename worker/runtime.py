@@ -29,6 +29,7 @@ from collections.abc import Coroutine, Mapping
 from typing import Any
 
 from capacity import split_quota
+from emq.core.demand import DemandBoard
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
 from emq.core.interfaces import (
@@ -58,6 +59,7 @@ from worker.outcomes import Outcomes
 from worker.senders import SenderPool
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
+from worker.tenant_quota import TenantQuota
 
 log = logging.getLogger(__name__)
 
@@ -85,6 +87,7 @@ class Worker:
         max_group_qps: int = 150,
         jobs: JobStore | None = None,
         endpoints: EndpointBoard | None = None,
+        demand: DemandBoard | None = None,
     ) -> None:
         self.id = worker_id
         self.namespace = namespace
@@ -135,6 +138,10 @@ class Worker:
         self._tasks: dict[str, asyncio.Task[Any]] = {}
         self.owned_generation = -1
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
+        self.tenant_quota = TenantQuota(
+            worker_id, namespace, config, self.topics, self._requota, board=demand,
+            outage=self.outage,
+        )  # fmt: skip
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -161,6 +168,7 @@ class Worker:
         self._start("snapshots", self.joblog.run(self.groups))
         if self.endpoint_board is not None:
             self._start("endpoints", report_loop(self.endpoint_board, self.id, self.topics))
+        self._start("tenant-quota", self.tenant_quota.run())
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -241,6 +249,8 @@ class Worker:
     async def _watch_topics(self) -> None:
         async for topics in self.config.watch_topics(self.namespace):
             self.apply_topics(topics)
+            if not self._topics_ready.is_set():
+                await self.tenant_quota.prime()  # (before the first claim)
             self._topics_ready.set()
 
     def apply_topics(self, topics: Mapping[TopicRef, Topic]) -> None:
@@ -254,14 +264,14 @@ class Worker:
             old, state.topic = state.topic, topic
             if old.endpoints != topic.endpoints:
                 follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
-            if (old.qps, old.groups, old.priority_mode) != (
+            if (old.qps, old.groups, old.priority_mode, old.burst, old.weight) != (
                 topic.qps,
                 topic.groups,
                 topic.priority_mode,
+                topic.burst,
+                topic.weight,
             ):
-                quotas = split_quota(topic.qps, self._cap(topic), groups=topic.groups)
-                for g in state.groups.values():
-                    g.reconfigure(quotas[g.ref.index])
+                self._requota(state)
                 log.info("topic %s: quota %d QPS over %d groups", ref, topic.qps, topic.groups)
             if old.paused != topic.paused:
                 log.info("topic %s %s", ref, "paused" if topic.paused else "resumed")
@@ -341,8 +351,14 @@ class Worker:
         self.committer.trim_later(group)
 
     def _quota(self, topic: TopicState, ref: GroupRef) -> int:
-        quota = split_quota(topic.topic.qps, self._cap(topic.topic), groups=topic.topic.groups)
+        qps = self.tenant_quota.qps(topic)  # the topic's quota, or its share of its tenant's cap
+        quota = split_quota(qps, self._cap(topic.topic), groups=topic.topic.groups)
         return quota[ref.index] if ref.index < len(quota) else 1
+
+    def _requota(self, topic: TopicState) -> None:
+        """Apply the topic's quota (or tenant share) and burst to its groups at once."""
+        for g in topic.groups.values():
+            g.reconfigure(self._quota(topic, g.ref))
 
     async def _release(self, group: GroupState) -> None:
         """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""

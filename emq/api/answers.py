@@ -38,6 +38,9 @@ class TenantRow(TypedDict):
     tenant: str
     name: str
     created_at: float
+    qps_caps: NotRequired[
+        Annotated[dict[str, int], Field(description="namespace -> cap over its topics there")]
+    ]
 
 
 class Tenants(TypedDict):
@@ -108,6 +111,8 @@ class TopicView(TypedDict):
     dlq_max_entries: int
     dlq_max_age_s: int
     endpoints: EndpointsView
+    weight: NotRequired[int]
+    burst: NotRequired[int]
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]

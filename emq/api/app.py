@@ -33,6 +33,7 @@ import secrets
 import time
 from collections.abc import Mapping
 from dataclasses import replace
+from functools import partial
 from typing import Any, cast
 
 from aiohttp import web
@@ -48,6 +49,7 @@ from emq.api.jobs import job_status
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
+from emq.api.tenants import tenant_row, with_cap
 from emq.core import schema
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import (
@@ -185,6 +187,8 @@ class Api:
             "dlq_max_entries": topic.dlq_max_entries,
             "dlq_max_age_s": topic.dlq_max_age_s,
             "endpoints": cast(answers.EndpointsView, topic.endpoints.view()),
+            "weight": topic.weight,
+            "burst": topic.burst,
         }
         if secret:
             out["secret"] = topic.secret
@@ -214,10 +218,16 @@ class Api:
     async def list_tenants(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)
         tenants = await self.config.list_tenants()
-        rows: list[answers.TenantRow] = [
-            {"tenant": t.name, "name": t.display_name, "created_at": t.created_at} for t in tenants
-        ]
-        return web.json_response(answers.Tenants(tenants=rows))
+        return web.json_response(answers.Tenants(tenants=[tenant_row(t) for t in tenants]))
+
+    async def patch_tenant(self, request: web.Request) -> web.Response:
+        """Set or remove the tenant's cap in a namespace (README "Tenant quota")."""
+        await self.auth.admin(request)
+        name = validate_name(request.match_info["tenant"], "tenant")
+        body = schema.validate(schema.TenantPatch, await self._object(request))
+        ns = self.namespace(request) if body.namespace is None else Namespace(body.namespace)
+        tenant = await self.config.update_tenant(name, partial(with_cap, ns, body.qps_cap))
+        return web.json_response(tenant_row(tenant))
 
     # ------------------------------------------------------------------ topics
 
@@ -481,6 +491,7 @@ def make_app(
         [
             web.post("/v1/tenants", handlers.create_tenant),
             web.get("/v1/tenants", handlers.list_tenants),
+            web.patch("/v1/tenants/{tenant}", handlers.patch_tenant),
             web.post("/v1/tenants/{tenant}/topics", handlers.create_topic),
             web.get("/v1/tenants/{tenant}/topics", handlers.list_topics),
             web.get(topic, handlers.show_topic),

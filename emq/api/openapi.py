@@ -72,6 +72,16 @@ ROUTES = (
     ),
     Route("get", "/v1/tenants", "List tenants", "admin", (200, "tenants", answers.Tenants)),
     Route(
+        "patch",
+        "/v1/tenants/{tenant}",
+        "Set or remove a tenant's cap over all its topics in a namespace (tenant quota)",
+        "admin",
+        (200, "tenant", answers.TenantRow),
+        (*_BODY_ERRORS, 404, 409),
+        schema.TenantPatch,
+        schema.NamespaceQuery,
+    ),
+    Route(
         "post",
         "/v1/tenants/{tenant}/topics",
         "Create a topic; groups follow the split rule",

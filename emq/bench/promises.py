@@ -60,14 +60,16 @@ class Delivery:
 
 @dataclass(frozen=True, slots=True)
 class Quota:
-    """What a topic may deliver: ``qps`` per second, +1 of slack per group."""
+    """What a topic may deliver: ``qps`` per second, +1 of slack per group, and with a
+    ``burst`` (README "Burst") that many more in any window: ``qps + burst + groups``."""
 
     qps: int
     groups: int = 1
+    burst: int = 0
 
     @property
     def limit(self) -> int:
-        return self.qps + self.groups
+        return self.qps + self.burst + self.groups
 
 
 def parse_log(rows: Iterable[Sequence[Any]]) -> list[Delivery]:

@@ -159,7 +159,7 @@ class Rig:
     def adopt(self, topic: Topic) -> None:
         """Count a topic created elsewhere (through the API) as one of the rig's."""
         name = topic.ref.topic
-        self.quotas[name] = Quota(topic.qps, topic.groups)
+        self.quotas[name] = Quota(topic.qps, topic.groups, topic.burst)
         self._topics[name] = topic
 
     async def enqueue(self, name: str, count: int, url: str | None = None) -> list[str]:

@@ -52,6 +52,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 0 if doc["pass"] else 1
     if args.duration_s is None:
         args.duration_s = 10.0
+    if args.name == "tenant-quota":
+        return _tenant_quota(args)
     if args.name == "all":
         from emq.bench import suite
 
@@ -99,6 +101,17 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _tenant_quota(args: argparse.Namespace) -> int:
+    import uvloop
+
+    from emq.bench import tenant_quota
+
+    say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+    result = uvloop.run(tenant_quota.run(args.duration_s, say))
+    print(json.dumps(result, indent=2) if args.json else tenant_quota.summary(result))
+    return 0 if result["ok"] else 1
+
+
 def _json_flag(p: argparse.ArgumentParser) -> None:
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -113,7 +126,17 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "name",
-        choices=["enqueue", "dispatch", "plan", "faults", "promises", "replay", "endpoints", "all"],
+        choices=[
+            "enqueue",
+            "dispatch",
+            "plan",
+            "faults",
+            "promises",
+            "replay",
+            "endpoints",
+            "tenant-quota",
+            "all",
+        ],
     )
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"

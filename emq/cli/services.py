@@ -64,6 +64,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
 
     from emq.compose import (
         open_config,
+        open_demand,
         open_endpoint_board,
         open_fleet,
         open_history,
@@ -85,6 +86,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
         jobs = open_jobs(settings)
         replays = open_replays(settings)
         board = open_endpoint_board(settings)
+        demand = open_demand(settings)
         assignment: AssignmentSource | None = None
         try:
             assignment = (
@@ -103,6 +105,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
                 jobs=jobs,
                 replays=replays,
                 endpoints=board,
+                demand=demand,
                 allow=settings.push_allow_cidrs,
                 max_group_qps=settings.max_group_qps,
             )
@@ -112,6 +115,7 @@ def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
             await replays.aclose()
             await jobs.aclose()
             await board.aclose()
+            await demand.aclose()
             await history.aclose()
             await config.aclose()
             await queues.aclose()

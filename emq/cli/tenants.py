@@ -1,4 +1,4 @@
-"""``emq tenant create|list``: the tenants, through the admin API.
+"""``emq tenant create|list|set-cap``: the tenants, through the admin API.
 
 Each prints a readable table or lines, or the API's JSON with ``--json``.
 """
@@ -9,7 +9,8 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from emq.cli.common import command, group, print_json, run, table, when
+from emq.cli.common import CommandFailed, command, group, print_json, run, table, when
+from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
@@ -30,13 +31,33 @@ def cmd_tenant_create(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
+def _caps(row: dict[str, object]) -> str:
+    caps = row.get("qps_caps") or {}
+    assert isinstance(caps, dict)
+    return ", ".join(f"{ns} {q}" for ns, q in caps.items()) or "-"
+
+
 def cmd_tenant_list(args: argparse.Namespace, settings: Settings) -> int:
     tenants = run(args, settings, lambda c: c.list_tenants())
     if args.json:
         print_json({"tenants": tenants})
         return 0
-    rows = [(t["tenant"], t.get("name"), when(t.get("created_at"))) for t in tenants]
-    table(("TENANT", "NAME", "CREATED"), rows, "no tenants")
+    rows = [(t["tenant"], t.get("name"), when(t.get("created_at")), _caps(t)) for t in tenants]
+    table(("TENANT", "NAME", "CREATED", "CAPS"), rows, "no tenants")
+    return 0
+
+
+def cmd_tenant_set_cap(args: argparse.Namespace, settings: Settings) -> int:
+    cap = None if args.clear else args.qps
+    if (cap is None) == (not args.clear) or (cap is not None and cap < 1):
+        raise CommandFailed(InvalidInput("qps", "give a cap of at least 1 QPS, or --clear"))
+    body = run(args, settings, lambda c: c.set_tenant_cap(args.tenant, cap))
+    if args.json:
+        print_json(body)
+        return 0
+    caps = body.get("qps_caps") or {}
+    shown = ", ".join(f"{ns} {q} QPS" for ns, q in caps.items()) or "none"
+    print(f"tenant {body['tenant']}: caps {shown}")
     return 0
 
 
@@ -67,5 +88,18 @@ def add_commands(sub: Subparsers) -> None:
         role="admin",
         topic=False,
         help="list tenants",
-        description="List every tenant with its display name.",
+        description="List every tenant with its display name and caps.",
     )
+    cap = command(
+        tenant,
+        "set-cap",
+        cmd_tenant_set_cap,
+        role="admin",
+        help="set a tenant's QPS cap over all its topics in a namespace (admin)",
+        description="Cap the deliveries of all of a tenant's topics in one namespace together; "
+        "its backlogged topics share the cap by weight (emq topic set-weight). Workers apply "
+        "it within a second.",
+    )
+    cap.add_argument("tenant", metavar="TENANT", help="tenant name")
+    cap.add_argument("qps", metavar="QPS", type=int, nargs="?", help="the cap")
+    cap.add_argument("--clear", action="store_true", help="remove the cap")

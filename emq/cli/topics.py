@@ -1,4 +1,4 @@
-"""``emq topic create|list|show|set-quota|set-dlq|pause|resume``: a tenant's topics.
+"""``emq topic create|list|show|set-quota|set-weight|set-burst|set-dlq|pause|resume``.
 
 Each prints a readable table or lines, or the API's JSON with ``--json``.
 """
@@ -42,6 +42,8 @@ def _print_topic(body: dict[str, Any]) -> None:
         ("retry", retry),
         ("dlq_retention", _dlq_retention(body)),
         *endpoint_lines(body),
+        ("weight", body.get("weight", "?")),
+        ("burst", body.get("burst", "?")),
     ]
     if "backlog" in body:
         queued = ", ".join(f"{p} {n}" for p, n in body["backlog"].items())
@@ -96,6 +98,8 @@ def cmd_topic_create(args: argparse.Namespace, settings: Settings) -> int:
             priority_mode=args.priority_mode,
             dlq_max_entries=args.dlq_max_entries,
             dlq_max_age_s=args.dlq_max_age_s,
+            weight=args.weight,
+            burst=args.burst,
         ),
     )
     if not args.json:
@@ -123,6 +127,16 @@ def cmd_topic_show(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_topic_set_quota(args: argparse.Namespace, settings: Settings) -> int:
     body = run(args, settings, lambda c: c.set_quota(args.tenant, args.topic, args.qps))
     return _show(args, body, "updated")
+
+
+def cmd_topic_set_weight(args: argparse.Namespace, settings: Settings) -> int:
+    body = run(args, settings, lambda c: c.update_topic(args.tenant, args.topic, weight=args.n))
+    return _show(args, body)
+
+
+def cmd_topic_set_burst(args: argparse.Namespace, settings: Settings) -> int:
+    body = run(args, settings, lambda c: c.update_topic(args.tenant, args.topic, burst=args.n))
+    return _show(args, body)
 
 
 def cmd_topic_set_dlq(args: argparse.Namespace, settings: Settings) -> int:
@@ -184,6 +198,12 @@ def add_commands(sub: Subparsers) -> None:
         help="strict (high>medium>low) or weighted (default strict)",
     )
     _dlq_flags(create, "--dlq-")
+    create.add_argument(
+        "--weight", type=int, metavar="N", help="share of its tenant's cap (default 1)"
+    )
+    create.add_argument(
+        "--burst", type=int, metavar="N", help="jobs above the pace after idle (default 0)"
+    )
     listing = command(
         topic,
         "list",
@@ -213,6 +233,21 @@ def add_commands(sub: Subparsers) -> None:
     )
     tenant_and_topic(quota)
     quota.add_argument("qps", metavar="QPS", type=int, help="the new quota")
+    for name, func, text in (
+        ("set-weight", cmd_topic_set_weight, "its share of its tenant's cap, by weight"),
+        ("set-burst", cmd_topic_set_burst, "jobs it may send above its pace after idle"),
+    ):
+        p = command(
+            topic,
+            name,
+            func,
+            role="admin",
+            help=f"change {text} (admin)",
+            description=f'Change a topic\'s {name[4:]}: {text} (README "Tenant quota", '
+            '"Burst"); workers apply it within 2 s.',
+        )
+        tenant_and_topic(p)
+        p.add_argument("n", metavar="N", type=int, help=f"the new {name[4:]}")
     dlq = command(
         topic,
         "set-dlq",

@@ -151,6 +151,13 @@ class Client:
         result = await self._object("GET", "v1/tenants")
         return list(result["tenants"])
 
+    async def set_tenant_cap(
+        self, tenant: str, qps_cap: int | None, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Set (or with ``None`` remove) the tenant's cap over its topics in a namespace."""
+        body = {"qps_cap": qps_cap, "namespace": namespace or self.namespace}
+        return await self._object("PATCH", _path("v1", "tenants", tenant), body=body)
+
     # ------------------------------------------------------------------ topics
 
     async def create_topic(
@@ -166,6 +173,8 @@ class Client:
         priority_mode: str | None = None,
         dlq_max_entries: int | None = None,
         dlq_max_age_s: int | None = None,
+        weight: int | None = None,
+        burst: int | None = None,
     ) -> dict[str, Any]:
         """Create a topic (admin); the answer has its groups and its signing secret."""
         options = {
@@ -176,6 +185,8 @@ class Client:
             "priority_mode": priority_mode,
             "dlq_max_entries": dlq_max_entries,
             "dlq_max_age_s": dlq_max_age_s,
+            "weight": weight,
+            "burst": burst,
         }
         body = {"topic": topic, "qps": qps} | {k: v for k, v in options.items() if v is not None}
         path = _path("v1", "tenants", tenant, "topics")

@@ -157,6 +157,13 @@ class Tenant:
     display_name: str = ""
     token_sha256: str = ""
     created_at: float = 0.0
+    # Tenant-level quota per namespace (README "Tenant quota"): namespace value -> the QPS all
+    # of the tenant's topics in that namespace share. Absent: no cap (each topic its own quota).
+    qps_caps: Mapping[str, int] = field(default_factory=dict, compare=True)
+
+    def qps_cap(self, namespace: Namespace) -> int | None:
+        """The tenant's cap over its topics in ``namespace`` (None: none)."""
+        return self.qps_caps.get(namespace.value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -197,6 +204,7 @@ class RetryPolicy:
 
 
 MAX_TOPIC_QPS = 1_000_000
+MAX_TOPIC_WEIGHT = 1000
 # Dead-letter retention per group of a topic (README "Data at rest"): a DLQ keeps at most this
 # many letters, none older than this; older ones are trimmed when letters are added and by the
 # owning worker's slow timer. Trims are approximate (whole stream nodes): a little over either.
@@ -239,9 +247,15 @@ class Topic:
     dlq_max_entries: int = DLQ_MAX_ENTRIES  # per group
     dlq_max_age_s: int = DLQ_MAX_AGE_S
     endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)  # emq.core.endpoints
+    # Its share of its tenant's cap, relative to the tenant's other backlogged topics.
+    weight: int = 1
+    # Jobs that may go above the steady pace after idle (README "Burst"; 0: none).
+    burst: int = 0
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
+        _int_in(self.weight, "weight", 1, MAX_TOPIC_WEIGHT)
+        _int_in(self.burst, "burst", 0, MAX_TOPIC_QPS)
         _int_in(self.groups, "groups", 1, self.qps)
         _int_in(self.endpoint_concurrency, "endpoint_concurrency", 1, 10_000)
         _int_in(self.max_backlog, "max_backlog", 1, 1_000_000_000)

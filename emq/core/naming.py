@@ -157,6 +157,10 @@ class RedisKeys:
         """List: the DLQ entries a by-ids replay moves from the group, in the given order."""
         return self._group_key(group, "replay", escape(replay_id), "ids")
 
+    def tenant_demand(self, ns: Namespace, tenant: str) -> str:
+        """A capped tenant's demand board: one field per owning worker (tenant quota)."""
+        return f"{self.prefix}:tq:{ns.value}:{escape(tenant)}"
+
 
 def _zk_component(value: str, what: str) -> str:
     if not value or "/" in value or value in (".", ".."):

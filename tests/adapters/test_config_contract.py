@@ -148,6 +148,30 @@ async def test_a_tenant_created_elsewhere_is_found(cfg: Config) -> None:
     assert await cfg.store.get_tenant("late") == tenant("late")
 
 
+async def test_a_tenants_cap_is_set_cleared_and_seen_elsewhere(cfg: Config) -> None:
+    await cfg.store.create_tenant(tenant())
+    capped = await cfg.store.update_tenant(
+        "acme", lambda t: dataclasses.replace(t, qps_caps={"online": 300})
+    )
+    assert capped.qps_cap(ON) == 300 and capped.qps_cap(Namespace.SANDBOX) is None
+    peer = await cfg.peer()
+    deadline = time.monotonic() + WATCH_BOUND_S
+    while (await peer.get_tenant("acme")).qps_cap(ON) != 300:  # a worker's cached read
+        assert time.monotonic() < deadline, "the cap did not reach the other store"
+        await asyncio.sleep(0.01)
+    cleared = await cfg.store.update_tenant("acme", lambda t: dataclasses.replace(t, qps_caps={}))
+    assert cleared == tenant() == await cfg.store.get_tenant("acme")
+    with pytest.raises(NotFound):
+        await cfg.store.update_tenant("nobody", lambda t: t)
+
+
+async def test_topic_weight_and_burst_round_trip(cfg: Config) -> None:
+    await cfg.store.create_tenant(tenant())
+    created = topic(weight=3, burst=40)
+    await cfg.store.create_topic(created)
+    assert await (await cfg.peer()).get_topic(created.ref) == created
+
+
 # --------------------------------------------------------------------------- topics
 
 

@@ -202,3 +202,44 @@ def test_a_group_served_when_wait_s_says_keeps_the_full_rate() -> None:
         t += max(0.0005, counter.wait_s(t))
     assert sends >= 150 * 20 / 1.005 - 2
     assert sends <= 150 * 20 / 1.005 + counter.burst + 1
+
+
+# --------------------------------------------------------------------------- burst (extra)
+
+
+def _grants_in_any_window(stamps: list[float], window: float) -> int:
+    stamps.sort()
+    j, most = 0, 0
+    for i, t in enumerate(stamps):
+        while stamps[j] <= t - window:
+            j += 1
+        most = max(most, i - j + 1)
+    return most
+
+
+def test_burst_after_idle_then_the_steady_pace() -> None:
+    c = QpsCounter(100, extra=50, window_s=1.0)
+    assert c.reserve(1000, 0.0) == 1 + 3 + 50  # the bucket: 1 + qps * burst_s + extra
+    stamps = [0.0] * 54
+    t = 0.0
+    while t < 5.0:  # backlogged: every millisecond it asks for all it can get
+        t += 0.001
+        stamps += [t] * c.reserve(1000, t)
+    assert _grants_in_any_window(stamps, 1.0) <= 100 + 50  # the documented bound
+    late = [s for s in stamps if 3.0 <= s < 5.0]
+    assert 195 <= len(late) <= 201  # the sustained rate is the quota, not quota + burst
+
+
+def test_burst_comes_back_only_while_the_group_sends_below_its_quota() -> None:
+    c = QpsCounter(10, extra=5, window_s=1.0)
+    c.reserve(100, 0.0)
+    assert c.reserve(100, 0.5) <= 6  # refilled at the quota, not the burst
+    assert c.reserve(100, 10.0) == 1 + 5  # idle long enough: the whole burst again
+
+
+def test_no_burst_is_the_counter_of_old() -> None:
+    a, b = QpsCounter(50, window_s=1.0), QpsCounter(50, window_s=1.0, extra=0)
+    t = 0.0
+    while t < 3:
+        t += 0.0007
+        assert a.reserve(7, t) == b.reserve(7, t)

@@ -10,7 +10,7 @@ from typing import Any
 
 from playwright.async_api import Page, expect
 
-from tests.console.conftest import Console, sign_in
+from tests.console.conftest import ADMIN, Console, sign_in
 from tests.worker.conftest import Sink
 
 ROW = 'tr[data-key="online/{}/{}"]'
@@ -90,8 +90,13 @@ async def test_admin_changes_a_quota_and_pauses_and_the_worker_applies_it(
     await expect(page.locator("#orphans")).to_have_text("none")
     await shot(page, "console-fleet")
 
+    r = await console.client.patch("/v1/tenants/globex", json={"qps_cap": 500}, headers=ADMIN)
+    assert r.status == 200, await r.text()  # a tenant quota: the tenants view shows it
     await page.click("#nav button[data-view=tenants]")
     await expect(page.locator('#tenants tr[data-tenant="globex"]')).to_be_visible()
+    await expect(page.locator('#tenants tr[data-tenant="globex"] td.caps')).to_have_text(
+        "online 500/s"
+    )
     await shot(page, "console-tenants")
 
 

@@ -309,7 +309,13 @@ async function loadTenants() {
   const data = await call("GET", "/v1/tenants");
   $("#tenants tbody").replaceChildren(...data.tenants.map((t) =>
     el("tr", { data: { tenant: t.tenant } }, el("td", {}, t.tenant), el("td", {}, t.name),
-      el("td", {}, when(t.created_at)))));
+      el("td", {}, when(t.created_at)), el("td", { class: "caps" }, caps(t.qps_caps)))));
+}
+
+// A tenant's caps over its topics per namespace (tenant quota), e.g. "online 300/s".
+function caps(qpsCaps) {
+  const shown = Object.entries(qpsCaps || {}).map(([ns, q]) => `${ns} ${q}/s`);
+  return shown.length ? shown.join(", ") : "—";
 }
 
 async function pollFleet() {

@@ -30,6 +30,11 @@ class ConfigStore(AsyncResource):
         """Every tenant, sorted by name."""
 
     @abc.abstractmethod
+    async def update_tenant(self, name: str, change: Callable[[Tenant], Tenant]) -> Tenant:
+        """Apply ``change`` to the stored tenant atomically (compare-and-set); ``NotFound`` if
+        there is none. ``change`` may raise to abort; returns the stored result."""
+
+    @abc.abstractmethod
     async def create_topic(self, topic: Topic) -> None:
         """Store a new topic of an existing tenant; ``AlreadyExists`` if the name is taken."""
 

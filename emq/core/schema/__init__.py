@@ -51,6 +51,7 @@ from emq.core.schema.endpoints import EndpointEnableIn, EndpointsIn
 from emq.core.schema.jobs import JobBatchIn, JobBodyValue, JobIn
 from emq.core.schema.queries import DlqQuery, NamespaceQuery
 from emq.core.schema.topics import (
+    Burst,
     DeadLetterId,
     DlqMaxAge,
     DlqMaxEntries,
@@ -60,8 +61,10 @@ from emq.core.schema.topics import (
     ReplayIn,
     RetryIn,
     TenantIn,
+    TenantPatch,
     TopicIn,
     TopicPatch,
+    Weight,
 )
 from emq.core.schema.validation import as_invalid, field_name, given, query, validate
 
@@ -69,6 +72,7 @@ REQUEST_MODELS: tuple[type[BaseModel], ...] = (
     JobIn,
     JobBatchIn,
     TenantIn,
+    TenantPatch,
     RetryIn,
     TopicIn,
     TopicPatch,
@@ -91,6 +95,7 @@ __all__ = [
     "REQUEST_MODELS",
     "URL_PATTERN",
     "Body",
+    "Burst",
     "DeadLetterId",
     "DlqMaxAge",
     "DlqMaxEntries",
@@ -115,8 +120,10 @@ __all__ = [
     "ReplayIn",
     "RetryIn",
     "TenantIn",
+    "TenantPatch",
     "TopicIn",
     "TopicPatch",
+    "Weight",
     "as_invalid",
     "field_name",
     "given",

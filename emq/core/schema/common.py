@@ -31,6 +31,9 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
+_INTEGRAL = (int, int | None)
+
+
 class IntegralBody(Body):
     """A body with integer fields: ``10.0`` is the integer 10, as JSON Schema's ``integer``
     says (``10.5`` stays a float and is refused). Only the bodies that have integers pay for
@@ -47,7 +50,7 @@ class IntegralBody(Body):
             if isinstance(v, float)
             and v.is_integer()
             and k in fields
-            and fields[k].annotation is int
+            and fields[k].annotation in _INTEGRAL
             else v
             for k, v in data.items()
         }

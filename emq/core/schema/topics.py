@@ -14,6 +14,7 @@ from emq.core.model import (
     DLQ_MAX_AGE_S,
     DLQ_MAX_ENTRIES,
     MAX_TOPIC_QPS,
+    MAX_TOPIC_WEIGHT,
     RetryPolicy,
     Topic,
 )
@@ -85,6 +86,27 @@ DlqMaxAge = Annotated[
 ]
 
 
+Weight = Annotated[
+    int, Field(ge=1, le=MAX_TOPIC_WEIGHT, description="share of its tenant's cap (default 1)")
+]
+Burst = Annotated[
+    int,
+    Field(
+        ge=0,
+        le=MAX_TOPIC_QPS,
+        description="jobs above the steady pace after idle; any 1 s window: qps + burst + groups",
+    ),
+]
+
+
+class TenantPatch(IntegralBody):
+    """A tenant's cap over all its topics in one namespace (the request's namespace unless
+    given); ``null`` removes it."""
+
+    qps_cap: Annotated[int | None, Field(ge=1, le=MAX_TOPIC_QPS)]
+    namespace: NamespaceName | None = None
+
+
 class TopicIn(IntegralBody):
     """A new topic; its groups follow the split rule, its signing secret is made for it."""
 
@@ -98,6 +120,8 @@ class TopicIn(IntegralBody):
     dlq_max_entries: DlqMaxEntries = DLQ_MAX_ENTRIES
     dlq_max_age_s: DlqMaxAge = DLQ_MAX_AGE_S
     endpoints: EndpointsIn = Field(default_factory=EndpointsIn)  # emq.core.schema.endpoints
+    weight: Weight = 1
+    burst: Burst = 0
 
 
 class TopicPatch(IntegralBody):
@@ -128,6 +152,8 @@ class TopicPatch(IntegralBody):
     dlq_max_entries: DlqMaxEntries = Field(default=None)  # type: ignore[assignment]
     dlq_max_age_s: DlqMaxAge = Field(default=None)  # type: ignore[assignment]
     endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
+    weight: Weight = Field(default=None)  # type: ignore[assignment]
+    burst: Burst = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[
