@@ -9,7 +9,9 @@ key *of the highest priority parked* becomes the key's *next* (order is per prio
 job of a key parked behind the key's lows goes before them, as it would have from the
 buffers): it goes back to the front of its buffer, and only it may be
 admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
-keyed job has no :class:`KeyLines` at all.
+keyed job has no :class:`KeyLines` at all. The dispatcher bounds the parked jobs per priority
+(``ranks``; beyond it a job is *held* at its buffer's head) and wakes the group as soon as a key
+is done, so a key's next job goes one loop iteration after its previous push ended.
 
 States of one key in a group::
 
@@ -45,21 +47,23 @@ class _Line:
         self.parked: list[deque[object] | None] = [None, None, None]
         self.next: object | None = None  # the job allowed to go next (back in its buffer)
 
-    def pop(self) -> object | None:
-        for jobs in self.parked:
+    def pop(self) -> tuple[object, int] | None:
+        """The first parked job of the highest priority parked, and its rank."""
+        for rank, jobs in enumerate(self.parked):
             if jobs:
-                return jobs.popleft()
+                return jobs.popleft(), rank
         return None
 
 
 class KeyLines:
     """The keys of one group that have a job in flight, and the jobs parked behind them."""
 
-    __slots__ = ("_lines", "parked")
+    __slots__ = ("_lines", "parked", "ranks")
 
     def __init__(self) -> None:
         self._lines: dict[str, _Line] = {}
         self.parked = 0  # jobs parked in all lines
+        self.ranks = [0, 0, 0]  # of which per priority rank (the dispatcher bounds each)
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -82,6 +86,7 @@ class KeyLines:
             jobs = line.parked[rank] = deque()
         jobs.append(job)
         self.parked += 1
+        self.ranks[rank] += 1
         return False
 
     def done(self, key: str) -> object | None:
@@ -90,11 +95,15 @@ class KeyLines:
         line = self._lines.get(key)
         if line is None:
             return None
-        job = line.next = line.pop()
-        if job is None:
+        popped = line.pop()
+        if popped is None:
+            line.next = None
             del self._lines[key]
             return None
+        job, rank = popped
+        line.next = job
         self.parked -= 1
+        self.ranks[rank] -= 1
         return job
 
     def handed_back(self, key: str, job: object) -> None:

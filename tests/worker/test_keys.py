@@ -191,3 +191,37 @@ def test_a_job_a_second_late_without_budget_goes_back_to_its_buffer_in_offset_or
     assert not Worker._reserve_again(w, g, item, 101.2)  # type: ignore[arg-type]
     assert list(g.buffers[1]) == [first, item, last]  # type: ignore[index]
     assert item.reserved_at == -1.0 and g.scheduled  # woken: dispatched when budget comes
+
+
+def test_a_held_head_passes_its_grant_to_the_lower_buffers() -> None:
+    """Highs of one key parked to the limit, the next held at the head of the high buffer:
+    what the highs were granted goes to the lows (the held high's key may have its next job
+    there; before, the whole group stood still)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("e", qps=10)
+    highs = fill(g, ["j"] * (PARKED_MIN + 2), priority=0)
+    lows = fill(g, [None] * 5, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 10, WALL)
+    assert rec.sent == [highs[0], *lows]
+    assert g.keys is not None and g.keys.ranks == [PARKED_MIN, 0, 0]
+    assert list(g.buffers[0]) == [highs[-1]]  # type: ignore[index]
+
+
+def test_parking_is_bounded_per_priority() -> None:
+    """Lows parked to the limit do not hold a high of their key at its buffer's head: it parks
+    ahead of them and goes next."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("f", qps=10)
+    lows = fill(g, ["k"] * (PARKED_MIN + 1), priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 10, WALL)
+    assert rec.sent == [lows[0]] and g.keys is not None and g.keys.ranks == [0, 0, PARKED_MIN]
+    (high,) = fill(g, ["k"], priority=0)
+    go(d, g, 10, WALL + 0.1)
+    assert g.keys.ranks == [1, 0, PARKED_MIN]  # parked, not held
+    finish(d, g, lows[0])
+    go(d, g, 10, WALL + 0.2)
+    assert rec.sent == [lows[0], high]
