@@ -1,24 +1,22 @@
-"""Keyed throughput on real Redis, a real worker and a real sink (issue 12).
-
-A key carries one job at a time (worker.keys), so a group may deliver at most its keys / the
-endpoint's round trip; with a sink answering in about a millisecond and three keys per group
-that is far above the group's quota, so every group must run at its quota, with a backlog of
-mixed priorities larger than the jobs the dispatcher parks (some are held at their buffers'
-heads): the next job of a key goes as soon as the previous one is done.
+"""Keyed groups under a backlog larger than the dispatcher parks, on real Redis, a real worker
+and a real sink (issue 12): a job held at its buffer's head never stops its group, and a high
+of a busy key goes before the key's parked lows (see worker.keys, worker.dispatch).
 """
 
 from __future__ import annotations
 
-import random
 import statistics
 import time
 from collections import defaultdict
 from typing import Any
 
 import orjson
+import pytest
 
 from emq.api.enqueue import jump_hash
 from tests.worker.conftest import Sink, Stack
+
+pytestmark = pytest.mark.serial  # judges how long highs wait: `make test` runs it alone
 
 
 def keys_per_group(groups: int, per_group: int) -> list[str]:
@@ -28,41 +26,6 @@ def keys_per_group(groups: int, per_group: int) -> list[str]:
         if len(keys[g]) < per_group:
             keys[g].append(f"k{i}")
     return [k for ks in keys.values() for k in ks]
-
-
-async def test_a_keyed_topic_runs_at_its_quota_not_at_the_loops_pace(
-    stack: Stack, sink: Sink, worker_process: Any
-) -> None:
-    await stack.topic("kt", 600)  # four groups of 150 QPS
-    groups = stack.topics["kt"].groups
-    keys = keys_per_group(groups, 3)
-    rng = random.Random(12)
-    per_key = 150  # 450 a group: more than it parks (300), three seconds of its quota
-    batch = [
-        {
-            "url": sink.url("kt"),
-            "key": k,
-            "priority": rng.choice(("high", "medium", "medium", "low", "low")),
-            "body": {"k": k, "n": n},
-        }
-        for n in range(per_key)
-        for k in keys
-    ]
-    await stack.enqueue("kt", batch)
-    worker = worker_process()
-    total = len(keys) * per_key
-    assert await sink.wait_for(lambda: len(sink.of("kt")) >= total, 30), (
-        len(sink.of("kt")),
-        worker.log(),
-    )
-    per_group: dict[int, list[float]] = defaultdict(list)
-    for d in sink.of("kt"):
-        per_group[jump_hash(orjson.loads(d.body)["k"], groups)].append(d.at)
-    rates = {}
-    for g, times in per_group.items():
-        times.sort()
-        rates[g] = round((len(times) - 1) / (times[-1] - times[0]), 1)
-    assert all(r >= 0.9 * 150 for r in rates.values()), rates
 
 
 async def test_highs_of_busy_keys_pass_their_parked_lows_and_never_stall_the_group(
