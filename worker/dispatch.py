@@ -187,7 +187,7 @@ class Dispatcher:
             return  # released or dropped: its parked jobs went with the buffers
         assert item.key is not None
         if item.reserved_at < 0:
-            lines.handed_back(item.key, item)
+            lines.handed_back(item.key, item, priority_index(item.queue))
             return
         nxt = lines.done(item.key)
         if isinstance(nxt, Buffered):
@@ -215,6 +215,13 @@ class Dispatcher:
         if verdict is None:
             item.key = None
             return False
+        displaced = lines.displaced
+        if displaced is not None:  # (rare: a high took the turn of its key's next low)
+            lines.displaced = None
+            assert isinstance(displaced, Buffered) and group.buffers is not None
+            buffer = group.buffers[priority_index(displaced.queue)]
+            if displaced in buffer:
+                buffer.remove(displaced)
         return verdict
 
 

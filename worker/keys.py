@@ -19,6 +19,8 @@ States of one key in a group::
     IN FLIGHT --admit of another job--> IN FLIGHT (that job parked)
     IN FLIGHT --done, some parked--> NEXT (the first parked job back in its buffer)
     NEXT --admit of that job--> IN FLIGHT
+    NEXT --admit of a job of a higher priority--> IN FLIGHT (that job; the next one parked
+                                                  again, first of its priority)
     IN FLIGHT --handed back (its quota went with the second it was reserved in)--> NEXT (itself)
 
 "Done" means the push ended: delivered, dead-lettered, or handed to retry. A retried job does
@@ -39,13 +41,14 @@ T = TypeVar("T")
 
 
 class _Line:
-    __slots__ = ("next", "parked")
+    __slots__ = ("next", "next_rank", "parked")
 
     def __init__(self) -> None:
         # Parked jobs per priority rank (0 high, 1 medium, 2 low), each in parking order; a
         # rank's deque is made by its first parked job.
         self.parked: list[deque[object] | None] = [None, None, None]
         self.next: object | None = None  # the job allowed to go next (back in its buffer)
+        self.next_rank = 0
 
     def pop(self) -> tuple[object, int] | None:
         """The first parked job of the highest priority parked, and its rank."""
@@ -58,12 +61,15 @@ class _Line:
 class KeyLines:
     """The keys of one group that have a job in flight, and the jobs parked behind them."""
 
-    __slots__ = ("_lines", "parked", "ranks")
+    __slots__ = ("_lines", "displaced", "parked", "ranks")
 
     def __init__(self) -> None:
         self._lines: dict[str, _Line] = {}
         self.parked = 0  # jobs parked in all lines
         self.ranks = [0, 0, 0]  # of which per priority rank (the dispatcher bounds each)
+        # A key's next job that a higher one of its key just took the turn from (admit): the
+        # caller takes it out of its buffer (it is parked again, first of its rank).
+        self.displaced: object | None = None
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -78,6 +84,18 @@ class KeyLines:
             return True
         if line.next is job:
             line.next = None
+            return True
+        if line.next is not None and rank < line.next_rank:
+            # The key is free, its next job waits in a lower buffer (behind the group's higher
+            # jobs, maybe for long): this one goes first, as it would have had both been parked.
+            displaced, line.next = line.next, None
+            jobs = line.parked[line.next_rank]
+            if jobs is None:
+                jobs = line.parked[line.next_rank] = deque()
+            jobs.appendleft(displaced)  # (the oldest of its key and rank)
+            self.parked += 1
+            self.ranks[line.next_rank] += 1
+            self.displaced = displaced
             return True
         if not park:
             return None
@@ -101,13 +119,14 @@ class KeyLines:
             del self._lines[key]
             return None
         job, rank = popped
-        line.next = job
+        line.next, line.next_rank = job, rank
         self.parked -= 1
         self.ranks[rank] -= 1
         return job
 
-    def handed_back(self, key: str, job: object) -> None:
-        """``job`` (in flight) went back to its buffer unsent: it stays its key's next."""
+    def handed_back(self, key: str, job: object, rank: int = 0) -> None:
+        """``job`` (in flight, of priority ``rank``) went back to its buffer unsent: it stays its
+        key's next."""
         line = self._lines.get(key)
         if line is not None:
-            line.next = job
+            line.next, line.next_rank = job, rank

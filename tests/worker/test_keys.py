@@ -225,3 +225,26 @@ def test_parking_is_bounded_per_priority() -> None:
     finish(d, g, lows[0])
     go(d, g, 10, WALL + 0.2)
     assert rec.sent == [lows[0], high]
+
+
+def test_a_high_takes_the_turn_of_its_keys_next_low() -> None:
+    """k's next job is a low, waiting in the low buffer behind the group's other work; a high of
+    k arrives: it goes first (the low is parked again, first of its rank), instead of waiting
+    until every medium of the group has gone (seen: a high waited 47 s so)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("g", qps=10)
+    g.counter.burst_s = 10.0
+    first, low = fill(g, ["k", "k"], priority=2)
+    go(d, g, 2, WALL)
+    assert rec.sent == [first] and g.buffered() == 0  # and low parked
+    finish(d, g, first)  # low is k's next, back in the low buffer
+    mediums = fill(g, [None] * 3, priority=1)
+    (high,) = fill(g, ["k"], priority=0)
+    go(d, g, 2, WALL + 0.2)
+    assert rec.sent == [first, high, mediums[0]]
+    assert list(g.buffers[2]) == []  # type: ignore[index]
+    finish(d, g, high)  # the low is k's next again
+    go(d, g, 10, WALL + 0.4)
+    assert rec.sent[3:] == [mediums[1], mediums[2], low]
+    assert g.keys is not None and g.keys.parked == 0 and g.keys.ranks == [0, 0, 0]
