@@ -54,6 +54,9 @@ MIN_PAUSE_S = 0.001
 # the next one in its buffer instead (and so stops the fetcher too): the larger of this and 2 s
 # of the group's quota.
 PARKED_MIN = 256
+# Held jobs (see Dispatcher._admit) a dispatch looks past in one buffer for jobs of other keys
+# (or none) that may go: an unkeyed high behind a held one must not wait while lows go.
+HELD_SCAN = 32
 
 
 class Dispatcher:
@@ -159,21 +162,25 @@ class Dispatcher:
         taken = carry = 0
         for rank, (buffer, n) in enumerate(zip(buffers, plan, strict=True)):
             n += carry
+            held: list[Buffered] = []
             while n and buffer:
                 item = buffer.popleft()
                 key = item.read_key()
                 if key is not None and not self._admit(group, key, item, rank):
-                    if item.key is None:  # held: the rest of this buffer waits
-                        buffer.appendleft(item)
-                        break
+                    if item.key is None:  # held: jobs behind it of other keys may still go
+                        held.append(item)
+                        if len(held) >= HELD_SCAN:
+                            break
                     continue  # parked behind its key's job in flight
                 item.reserved_at = wall  # a sender that takes it late moves its stamp
                 self._send(group, item)
                 n -= 1
                 taken += 1
-            # What this priority could not use (its jobs parked, or its head held behind a key
-            # in flight) goes to the next: a held head must not stop the group (the key it
-            # waits for may have its next job in a lower buffer), and jobs of other keys may go
+            if held:  # back at the head of the buffer, in their order
+                buffer.extendleft(reversed(held))
+            # What this priority could not use (its jobs parked, or held behind keys in
+            # flight) goes to the next: held jobs must not stop the group (the key one waits
+            # for may have its next job in a lower buffer), and jobs of other keys may go
             # while a higher job waits for its own key.
             carry = n
         return taken
@@ -205,8 +212,9 @@ class Dispatcher:
         quota of its priority parked already (per priority: lows parked by the hundred must
         not hold a high at its buffer's head behind them), *held*: left at the head of its
         buffer (its ``key`` cleared to say so), so that parked jobs (and the fetches that would
-        follow) cannot grow unbounded. A held head does not stop the group: what its priority
-        was granted goes to the next (see _take)."""
+        follow) cannot grow unbounded. Held jobs stop neither the jobs of other keys behind them
+        (up to HELD_SCAN held looked past) nor the group: what their priority was granted
+        and could not use goes to the next (see _take)."""
         lines = group.keys
         if lines is None:
             lines = group.keys = KeyLines()

@@ -248,3 +248,15 @@ def test_a_high_takes_the_turn_of_its_keys_next_low() -> None:
     go(d, g, 10, WALL + 0.4)
     assert rec.sent[3:] == [mediums[1], mediums[2], low]
     assert g.keys is not None and g.keys.parked == 0 and g.keys.ranks == [0, 0, 0]
+
+
+def test_an_unkeyed_high_behind_a_held_one_goes_before_the_lows() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("h", qps=10)
+    highs = fill(g, ["j"] * (PARKED_MIN + 2) + [None], priority=0)
+    lows = fill(g, [None] * 3, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 2, WALL)
+    assert rec.sent == [highs[0], highs[-1]] and lows[0] not in rec.sent
+    assert list(g.buffers[0]) == [highs[-2]]  # type: ignore[index]  # held, still first
