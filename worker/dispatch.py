@@ -170,7 +170,7 @@ class Dispatcher:
                     if item.key is None:  # held: jobs behind it of other keys may still go
                         held.append(item)
                         if len(held) >= HELD_SCAN:
-                            break
+                            break  # (and no carry: jobs of this priority may wait behind)
                     continue  # parked behind its key's job in flight
                 item.reserved_at = wall  # a sender that takes it late moves its stamp
                 self._send(group, item)
@@ -179,10 +179,11 @@ class Dispatcher:
             if held:  # back at the head of the buffer, in their order
                 buffer.extendleft(reversed(held))
             # What this priority could not use (its jobs parked, or held behind keys in
-            # flight) goes to the next: held jobs must not stop the group (the key one waits
-            # for may have its next job in a lower buffer), and jobs of other keys may go
-            # while a higher job waits for its own key.
-            carry = n
+            # flight) goes to the next: jobs of other keys may go while a higher job waits for
+            # its own key. Not past HELD_SCAN held jobs: jobs of this priority behind them
+            # might go (a held high never stops its group for long: a high takes the turn of
+            # its key's next lower job, see worker.keys).
+            carry = n if len(held) < HELD_SCAN else 0
         return taken
 
     def keyed_done(self, group: GroupState, item: Buffered) -> None:

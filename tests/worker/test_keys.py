@@ -9,7 +9,7 @@ import orjson
 
 from emq.core.interfaces import Offset
 from emq.core.model import Namespace, Topic, TopicRef
-from worker.dispatch import PARKED_MIN, Dispatcher
+from worker.dispatch import HELD_SCAN, PARKED_MIN, Dispatcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.keys import KeyLines
 from worker.progress import Progress
@@ -260,3 +260,16 @@ def test_an_unkeyed_high_behind_a_held_one_goes_before_the_lows() -> None:
     go(d, g, 2, WALL)
     assert rec.sent == [highs[0], highs[-1]] and lows[0] not in rec.sent
     assert list(g.buffers[0]) == [highs[-2]]  # type: ignore[index]  # held, still first
+
+
+def test_past_the_held_scan_the_lows_wait() -> None:
+    """More held jobs than a dispatch looks past: jobs of their priority behind them may be
+    able to go, so lower ones do not take the grant (strict priority)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("i", qps=10)
+    fill(g, ["j"] * (PARKED_MIN + 1 + HELD_SCAN) + [None], priority=0)
+    lows = fill(g, [None] * 3, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 2, WALL)
+    assert len(rec.sent) == 1 and lows[0] not in rec.sent
