@@ -11,10 +11,12 @@ next tick. Idle groups are not in the heap at all, so a tick costs nothing for t
 Fairness under overload: when the senders are full, the due groups stay in the heap in the order
 they became due, and the next tick starts with the longest-waiting one.
 
-Between dispatches the loop awaits :meth:`Dispatcher.pause`: one tick while any group waits in
-the heap; with none, until a group is woken (new jobs: they are dispatched at once, without
-waiting for a tick) or :data:`IDLE_WAIT_S` passes, so an idle worker does not wake 200 times a
-second.
+Between dispatches the loop awaits :meth:`Dispatcher.pause`: until the first waiting group is
+due (a tick at most), or with none :data:`IDLE_WAIT_S`, so an idle worker does not wake 200
+times a second. A group woken for sooner than that (new jobs; a keyed job done, so its key's
+next job may go) ends the pause at once: it is dispatched in the next loop iteration, not at
+the next tick. A group already waiting in the heap for later is moved earlier by such a wake
+(its entry for later is left in the heap and skipped: ``GroupState.due`` says which is live).
 """
 
 from __future__ import annotations
@@ -48,10 +50,14 @@ MIN_WAIT_S = 0.0005
 # The loop sleeps at least this long between dispatches (many groups due at scattered times
 # would otherwise wake it thousands of times a second).
 MIN_PAUSE_S = 0.001
-# Keyed jobs parked behind their key's job in flight, per group, before the dispatcher leaves
+# Keyed jobs parked behind their key's job in flight, per group and priority, before the
+# dispatcher leaves
 # the next one in its buffer instead (and so stops the fetcher too): the larger of this and 2 s
 # of the group's quota.
 PARKED_MIN = 256
+# Held jobs (see Dispatcher._admit) a dispatch looks past in one buffer for jobs of other keys
+# (or none) that may go: an unkeyed high behind a held one must not wait while lows go.
+HELD_SCAN = 32
 
 
 class Dispatcher:
@@ -60,54 +66,72 @@ class Dispatcher:
         self._tick_s = tick_s
         self._heap: list[tuple[float, int, GroupState]] = []
         self._seq = itertools.count()
-        self._woken = asyncio.Event()
         # Topics with jobs parked for their endpoint's pace (worker.endpoints): released per tick.
         self.parking: set[EndpointRates] = set()
         # Where a job goes that its endpoint cannot take for a while (Outcomes.defer: the
         # delayed set, no attempt burnt); None: it waits at the head of its buffer instead.
         self.defer: Callable[[GroupState, Buffered, int], None] | None = None
+        # The pause in progress (see pause): its future and when it ends (monotonic).
+        self._sleeper: asyncio.Future[None] | None = None
+        self._sleep_until = 0.0
 
     def __len__(self) -> int:
         return len(self._heap)
 
-    def wake(self, group: GroupState, at: float) -> None:
-        """Consider ``group`` from monotonic time ``at`` (no-op if it is already waiting)."""
-        if not group.scheduled and not group.stopped:
-            group.scheduled = True
-            heapq.heappush(self._heap, (at, next(self._seq), group))
-            self._woken.set()
+    def wake(self, group: GroupState, at: float, *, prompt: bool = False) -> None:
+        """Consider ``group`` from monotonic time ``at``: no-op if it already waits in the heap
+        for ``at`` or sooner. ``prompt`` (or an idle loop) ends the loop's pause if that lasts
+        past ``at``."""
+        if group.stopped or (group.scheduled and group.due <= at):
+            return
+        group.scheduled = True
+        group.due = at  # (an entry for later stays in the heap: dispatch skips it)
+        heap = self._heap
+        heapq.heappush(heap, (at, next(self._seq), group))
+        sleeper = self._sleeper
+        if (
+            sleeper is not None
+            and (prompt or len(heap) == 1)
+            and at < self._sleep_until
+            and not sleeper.done()
+        ):
+            sleeper.set_result(None)
 
     async def pause(self) -> None:
         """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
         heap = self._heap
-        idle_s = IDLE_WAIT_S
-        if not heap and self.parking:  # parked jobs go at their endpoint's pace
-            idle_s = min(r.next_due() for r in self.parking) - time.monotonic()
-            if idle_s <= self._tick_s:
-                await asyncio.sleep(self._tick_s)
-                return
-            idle_s = min(idle_s, IDLE_WAIT_S)  # (a disabled endpoint's: not before new jobs)
+        now = time.monotonic()
         if heap:
             # Until the first waiting group is due, at most a tick: a group due inside the tick
             # is served on time (its quota's pace), one due already (the senders were full)
             # waits a whole tick (no spinning while the pool drains).
-            due_in = heap[0][0] - time.monotonic()
+            due_in = heap[0][0] - now
             pause = min(self._tick_s, max(MIN_PAUSE_S, due_in)) if due_in > 0 else self._tick_s
-            await asyncio.sleep(pause)
-            return
-        self._woken.clear()
+        elif self.parking:  # parked jobs go at their endpoint's pace
+            due_in = min(r.next_due() for r in self.parking) - now
+            # (a disabled endpoint's is far off: then not before new jobs, at most idle)
+            pause = self._tick_s if due_in <= self._tick_s else min(due_in, IDLE_WAIT_S)
+        else:
+            pause = IDLE_WAIT_S
+        # (asyncio.sleep, but a wake() for sooner may end it: the same future and timer)
+        loop = asyncio.get_running_loop()
+        sleeper = self._sleeper = loop.create_future()
+        self._sleep_until = now + pause
+        timer = loop.call_later(pause, _set_result, sleeper)
         try:
-            async with asyncio.timeout(idle_s):
-                await self._woken.wait()
-        except TimeoutError:
-            pass
+            await sleeper
+        finally:
+            timer.cancel()
+            self._sleeper = None
 
     def dispatch(self, budget: int, wall: float, mono: float) -> int:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
         heap = self._heap
         sent = self._release_parked(budget, wall, mono) if self.parking else 0
         while heap and heap[0][0] <= mono and sent < budget:
-            _, _, group = heapq.heappop(heap)
+            at, _, group = heapq.heappop(heap)
+            if not group.scheduled or at != group.due:
+                continue  # a group woken for sooner meanwhile: this entry is stale
             group.scheduled = False
             if group.stopped or group.topic.topic.paused:
                 continue
@@ -145,11 +169,13 @@ class Dispatcher:
             plan = plan_strict(budget, available)
         else:
             plan = group.planner.plan(budget, available, group.oldest_wait_s(mono))
-        taken = 0
+        taken = carry = 0
         rates = group.topic.rates
         if rates is not None and not rates.watching:
             rates = None  # every endpoint of its topic is OPEN: nothing to ask per job
         for rank, (buffer, n) in enumerate(zip(buffers, plan, strict=True)):
+            n += carry
+            held: list[Buffered] = []
             while n and buffer:
                 item = buffer.popleft()
                 key = item.read_key()
@@ -162,14 +188,23 @@ class Dispatcher:
                         self.defer(group, item, int((wall + rates.overflow_s) * 1000))
                     continue  # parked until its endpoint's pace lets it go (worker.endpoints)
                 if key is not None and not self._admit(group, key, item, rank):
-                    if item.key is None:  # held: the rest of this buffer waits
-                        buffer.appendleft(item)
-                        break
+                    if item.key is None:  # held: jobs behind it of other keys may still go
+                        held.append(item)
+                        if len(held) >= HELD_SCAN:
+                            break  # (and no carry: jobs of this priority may wait behind)
                     continue  # parked behind its key's job in flight
                 item.reserved_at = wall  # a sender that takes it late moves its stamp
                 self._send(group, item)
                 n -= 1
                 taken += 1
+            if held:  # back at the head of the buffer, in their order
+                buffer.extendleft(reversed(held))
+            # What this priority could not use (its jobs parked, or held behind keys in
+            # flight) goes to the next: jobs of other keys may go while a higher job waits for
+            # its own key. Not past HELD_SCAN held jobs: jobs of this priority behind them
+            # might go (a held high never stops its group for long: a high takes the turn of
+            # its key's next lower job, see worker.keys).
+            carry = n if len(held) < HELD_SCAN else 0
         return taken
 
     def _release_parked(self, budget: int, wall: float, mono: float) -> int:
@@ -212,28 +247,48 @@ class Dispatcher:
             return  # released or dropped: its parked jobs went with the buffers
         assert item.key is not None
         if item.reserved_at < 0:
-            lines.handed_back(item.key, item)
+            lines.handed_back(item.key, item, priority_index(item.queue))
             return
         nxt = lines.done(item.key)
         if isinstance(nxt, Buffered):
             buffers[priority_index(nxt.queue)].appendleft(nxt)  # the oldest of its key
-            self.wake(group, time.monotonic())
+        if nxt is not None or buffers[0] or buffers[1] or buffers[2]:
+            # Now, not when the group was due (a tick, or its quota's next grant, later): the
+            # key's next job, or one held at a buffer's head behind this key, may go. (A key's
+            # cycle is then its endpoint's round trip plus a loop iteration.)
+            self.wake(group, time.monotonic(), prompt=True)
 
     @staticmethod
     def _admit(group: GroupState, key: str, item: Buffered, rank: int) -> bool:
         """May a keyed job go now (see worker.keys)? One that may not is parked (it blocks
         neither other keys nor other groups), or, with PARKED_MIN jobs and 2 s of the group's
-        quota parked already, *held*: left at the head of its buffer (its ``key`` cleared to
-        say so), so that parked jobs (and the fetches that would follow) cannot grow unbounded."""
+        quota of its priority parked already (per priority: lows parked by the hundred must
+        not hold a high at its buffer's head behind them), *held*: left at the head of its
+        buffer (its ``key`` cleared to say so), so that parked jobs (and the fetches that would
+        follow) cannot grow unbounded. Held jobs stop neither the jobs of other keys behind them
+        (up to HELD_SCAN held looked past) nor the group: what their priority was granted
+        and could not use goes to the next (see _take)."""
         lines = group.keys
         if lines is None:
             lines = group.keys = KeyLines()
-        park = lines.parked < max(PARKED_MIN, 2 * group.counter.qps)
+        park = lines.ranks[rank] < max(PARKED_MIN, 2 * group.counter.qps)
         verdict = lines.admit(key, item, rank, park=park)
         if verdict is None:
             item.key = None
             return False
+        displaced = lines.displaced
+        if displaced is not None:  # (rare: a high took the turn of its key's next low)
+            lines.displaced = None
+            assert isinstance(displaced, Buffered) and group.buffers is not None
+            buffer = group.buffers[priority_index(displaced.queue)]
+            if displaced in buffer:
+                buffer.remove(displaced)
         return verdict
+
+
+def _set_result(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 class Handoff(Generic[T]):

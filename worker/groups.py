@@ -314,6 +314,7 @@ class GroupState:
         "budget",
         "buffers",
         "counter",
+        "due",
         "epoch",
         "exhausted",
         "hot",
@@ -359,6 +360,7 @@ class GroupState:
         self.budget = budget if budget is not None else ByteBudget(1 << 62)
         self.queued_fetch = False
         self.scheduled = False  # in the dispatcher's heap
+        self.due = 0.0  # monotonic: when the dispatcher serves it (while scheduled)
         self.state = Lifecycle.CLAIMING  # changed only by the transition methods below
         self._stopped = self._dropped = False
         self.in_flight = 0

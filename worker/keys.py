@@ -9,7 +9,9 @@ key *of the highest priority parked* becomes the key's *next* (order is per prio
 job of a key parked behind the key's lows goes before them, as it would have from the
 buffers): it goes back to the front of its buffer, and only it may be
 admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
-keyed job has no :class:`KeyLines` at all.
+keyed job has no :class:`KeyLines` at all. The dispatcher bounds the parked jobs per priority
+(``ranks``; beyond it a job is *held* at its buffer's head) and wakes the group as soon as a key
+is done, so a key's next job goes one loop iteration after its previous push ended.
 
 States of one key in a group::
 
@@ -17,6 +19,8 @@ States of one key in a group::
     IN FLIGHT --admit of another job--> IN FLIGHT (that job parked)
     IN FLIGHT --done, some parked--> NEXT (the first parked job back in its buffer)
     NEXT --admit of that job--> IN FLIGHT
+    NEXT --admit of a job of a higher priority--> IN FLIGHT (that job; the next one parked
+                                                  again, first of its priority)
     IN FLIGHT --handed back (its quota went with the second it was reserved in)--> NEXT (itself)
 
 "Done" means the push ended: delivered, dead-lettered, or handed to retry. A retried job does
@@ -37,29 +41,35 @@ T = TypeVar("T")
 
 
 class _Line:
-    __slots__ = ("next", "parked")
+    __slots__ = ("next", "next_rank", "parked")
 
     def __init__(self) -> None:
         # Parked jobs per priority rank (0 high, 1 medium, 2 low), each in parking order; a
         # rank's deque is made by its first parked job.
         self.parked: list[deque[object] | None] = [None, None, None]
         self.next: object | None = None  # the job allowed to go next (back in its buffer)
+        self.next_rank = 0
 
-    def pop(self) -> object | None:
-        for jobs in self.parked:
+    def pop(self) -> tuple[object, int] | None:
+        """The first parked job of the highest priority parked, and its rank."""
+        for rank, jobs in enumerate(self.parked):
             if jobs:
-                return jobs.popleft()
+                return jobs.popleft(), rank
         return None
 
 
 class KeyLines:
     """The keys of one group that have a job in flight, and the jobs parked behind them."""
 
-    __slots__ = ("_lines", "parked")
+    __slots__ = ("_lines", "displaced", "parked", "ranks")
 
     def __init__(self) -> None:
         self._lines: dict[str, _Line] = {}
         self.parked = 0  # jobs parked in all lines
+        self.ranks = [0, 0, 0]  # of which per priority rank (the dispatcher bounds each)
+        # A key's next job that a higher one of its key just took the turn from (admit): the
+        # caller takes it out of its buffer (it is parked again, first of its rank).
+        self.displaced: object | None = None
 
     def __len__(self) -> int:
         return len(self._lines)
@@ -75,6 +85,18 @@ class KeyLines:
         if line.next is job:
             line.next = None
             return True
+        if line.next is not None and rank < line.next_rank:
+            # The key is free, its next job waits in a lower buffer (behind the group's higher
+            # jobs, maybe for long): this one goes first, as it would have had both been parked.
+            displaced, line.next = line.next, None
+            jobs = line.parked[line.next_rank]
+            if jobs is None:
+                jobs = line.parked[line.next_rank] = deque()
+            jobs.appendleft(displaced)  # (the oldest of its key and rank)
+            self.parked += 1
+            self.ranks[line.next_rank] += 1
+            self.displaced = displaced
+            return True
         if not park:
             return None
         jobs = line.parked[rank]
@@ -82,6 +104,7 @@ class KeyLines:
             jobs = line.parked[rank] = deque()
         jobs.append(job)
         self.parked += 1
+        self.ranks[rank] += 1
         return False
 
     def done(self, key: str) -> object | None:
@@ -90,15 +113,20 @@ class KeyLines:
         line = self._lines.get(key)
         if line is None:
             return None
-        job = line.next = line.pop()
-        if job is None:
+        popped = line.pop()
+        if popped is None:
+            line.next = None
             del self._lines[key]
             return None
+        job, rank = popped
+        line.next, line.next_rank = job, rank
         self.parked -= 1
+        self.ranks[rank] -= 1
         return job
 
-    def handed_back(self, key: str, job: object) -> None:
-        """``job`` (in flight) went back to its buffer unsent: it stays its key's next."""
+    def handed_back(self, key: str, job: object, rank: int = 0) -> None:
+        """``job`` (in flight, of priority ``rank``) went back to its buffer unsent: it stays its
+        key's next."""
         line = self._lines.get(key)
         if line is not None:
-            line.next = job
+            line.next, line.next_rank = job, rank

@@ -320,23 +320,42 @@ def priority_grace_s(quota: Quota) -> float:
     return PRIORITY_BASE_GRACE_S + quota.groups / quota.qps
 
 
-def priority_inversions(log: Sequence[Delivery], grace_s: Mapping[str, float]) -> dict[str, Any]:
+def priority_inversions(
+    log: Sequence[Delivery],
+    grace_s: Mapping[str, float],
+    answer_s: Mapping[str, float] | None = None,
+) -> dict[str, Any]:
     """Invariant 5, priority: lower jobs of a group delivered while a higher one waited.
 
-    A job J (priority, group and enqueue time carried in its URL) waits from ``J.ready``
-    (enqueued + delay) to its first 2xx. Every first 2xx of a lower priority in J's group in
-    ``(J.ready + grace, J.delivered)`` is one inversion; ``grace`` (per topic) allows for what
-    was already in flight or reserved when J arrived. A J that failed an attempt waited in the
-    retry schedule, not behind lower jobs, and is left out.
+    A job J (priority, group, key and enqueue time carried in its URL) waits from ``J.ready``
+    (enqueued + delay) to its first 2xx; ``grace`` (per topic) allows for what was already in
+    flight or reserved when J arrived. A J that failed an attempt waited in the retry schedule,
+    not behind lower jobs, and is left out. What counts as an inversion:
+
+    * an unkeyed J: every first 2xx of a lower priority in J's group in
+      ``(J.ready + grace, J.delivered)``;
+    * a keyed J (key K): order per key says J waits for K's jobs ahead of it, those of its own
+      or a higher priority (at most one of a key in flight). Lower jobs of *other* keys (or
+      none) that go meanwhile are no inversion: they count only from the last arrival of such
+      a job of K before J, plus its endpoint's round trip (``answer_s`` per topic: known slow
+      endpoints) and the grace. Lower jobs of K itself count from ``J.ready + grace``: J is
+      meant to pass its key's lows (see worker.keys).
     """
+    answer_s = answer_s or {}
     failed = {d.job_id for d in log if not d.ok}
     firsts = [d for d in first_ok(log).values() if d.priority in RANK and d.group is not None]
     lanes: defaultdict[tuple[str, int | None], defaultdict[int, list[float]]] = defaultdict(
         lambda: defaultdict(list)
     )
+    # Per (topic, key): per rank, arrival times (sorted).
+    keyed: defaultdict[tuple[str, str], defaultdict[int, list[float]]] = defaultdict(
+        lambda: defaultdict(list)
+    )
     for d in firsts:
         lanes[(d.topic, d.group)][RANK[d.priority or ""]].append(d.at)
-    for lane in lanes.values():
+        if d.key is not None:
+            keyed[(d.topic, d.key)][RANK[d.priority or ""]].append(d.at)
+    for lane in (*lanes.values(), *keyed.values()):
         for times in lane.values():
             times.sort()
     inversions, overtaken, worst = 0, 0, (0, "")
@@ -344,12 +363,13 @@ def priority_inversions(log: Sequence[Delivery], grace_s: Mapping[str, float]) -
     for d in firsts:
         if d.ready is None or d.job_id in failed:
             continue
-        start = d.ready + grace_s.get(d.topic, PRIORITY_BASE_GRACE_S)
-        n = sum(
-            max(0, bisect.bisect_left(times, d.at) - bisect.bisect_right(times, start))
-            for rank, times in lanes[(d.topic, d.group)].items()
-            if rank > RANK[d.priority or ""]
-        )
+        rank = RANK[d.priority or ""]
+        grace = grace_s.get(d.topic, PRIORITY_BASE_GRACE_S)
+        lane = lanes[(d.topic, d.group)]
+        n = _lower_between(lane, rank, d.ready + grace, d.at)
+        if d.key is not None:
+            answer = answer_s.get(d.topic, 0.0)
+            n = _keyed_inversions(lane, keyed[(d.topic, d.key)], rank, d, grace, answer)
         inversions += n
         overtaken += n > 0
         per_topic[d.topic] += n
@@ -360,6 +380,49 @@ def priority_inversions(log: Sequence[Delivery], grace_s: Mapping[str, float]) -
         "worst": list(worst),
         "by_topic": {t: n for t, n in per_topic.items() if n},
     }
+
+
+def _keyed_inversions(
+    lane: Mapping[int, list[float]],
+    own: Mapping[int, list[float]],
+    rank: int,
+    job: Delivery,
+    grace: float,
+    answer: float = 0.0,
+) -> int:
+    """A keyed job's inversions (see :func:`priority_inversions`): its key's lower jobs from
+    its ready time + ``grace``; other lower jobs from the arrival of its key's last job ahead of
+    it, plus ``answer`` (that job's round trip) and ``grace``. Ahead of it: its
+    key's jobs of its own or a higher priority that arrived before it, and its key's job in
+    flight (or next) when it became ready: the key's last arrival up to ``ready + grace``."""
+    assert job.ready is not None
+    known = job.ready + grace  # the worker has it by then (what the grace is for)
+    ahead = max(
+        (
+            _last_before(times, job.at if r <= rank else min(known, job.at))
+            for r, times in own.items()
+        ),
+        default=-math.inf,
+    )
+    mine = _lower_between(own, rank, known, job.at)
+    since = max(job.ready, ahead + answer) + grace
+    others = _lower_between(lane, rank, since, job.at) - _lower_between(own, rank, since, job.at)
+    return mine + others
+
+
+def _last_before(times: Sequence[float], end: float) -> float:
+    """The last of sorted ``times`` before ``end`` (-inf: none)."""
+    i = bisect.bisect_left(times, end)
+    return times[i - 1] if i else -math.inf
+
+
+def _lower_between(lane: Mapping[int, list[float]], rank: int, start: float, end: float) -> int:
+    """Arrivals in ``lane`` (per rank, sorted) of a rank below ``rank`` in ``(start, end)``."""
+    return sum(
+        max(0, bisect.bisect_left(times, end) - bisect.bisect_right(times, start))
+        for r, times in lane.items()
+        if r > rank
+    )
 
 
 def high_waits(log: Sequence[Delivery]) -> list[float]:
@@ -501,7 +564,7 @@ def check(
         "quota_exceeded": {t: f["worst_window"] for t, f in topics.items() if not f["within"]},
         "sustained_min_ratio": sustained_min,
         "isolation_min_ratio": sustained_min if misbehaving else None,
-        "priority": priority_inversions(log, grace),
+        "priority": priority_inversions(log, grace, answer_s),
         "high_wait_p99_s": round(waits[int(0.99 * (len(waits) - 1))], 3) if waits else None,
         "keys": key_inversions(log) | {"overlaps": key_overlaps(log, answer_s or {})},
         "topics": topics,

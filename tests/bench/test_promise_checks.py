@@ -146,6 +146,52 @@ def test_priority_waits_from_the_delay_and_not_for_jobs_that_failed_an_attempt()
     assert priority_inversions(retried, grace)["inversions"] == 0
 
 
+def test_priority_a_high_waiting_for_its_keys_low_in_flight_is_no_inversion() -> None:
+    """Order per key: a high of key k waits for k's low in flight (a 0.5 s endpoint); lows of
+    another key go meanwhile. Neither is an inversion."""
+    grace = {"a": priority_grace_s(Quota(10))}  # 0.25 s
+    log = [
+        job(10.0, "kl", "low", enqueued=1.0, key="k"),  # in flight when the high is ready
+        job(10.2, "z1", "low", enqueued=1.0, key="z"),
+        job(10.4, "z2", "low", enqueued=1.0, key="z"),
+        job(10.55, "kh", "high", enqueued=10.05, key="k"),
+    ]
+    assert priority_inversions(log, grace, {"a": 0.5})["inversions"] == 0
+    # Without the round trip known, the lows past the grace count (the high could have gone).
+    assert priority_inversions(log, grace)["inversions"] == 1
+
+
+def test_priority_lows_of_other_keys_while_a_high_waits_behind_its_own_key_are_no_inversion() -> (
+    None
+):
+    grace = {"a": priority_grace_s(Quota(10))}
+    log = [
+        *(
+            job(at, f"h{i}", "high", enqueued=9.0, key="k")
+            for i, at in enumerate((10.1, 10.4, 10.7))
+        ),
+        *(
+            job(at, f"z{i}", "low", enqueued=1.0, key="z")
+            for i, at in enumerate((10.5, 10.8, 10.9))
+        ),
+        job(10.85, "u", "low", enqueued=1.0),  # unkeyed: also free to go
+        job(11.0, "kh", "high", enqueued=10.0, key="k"),  # behind k's highs enqueued before it
+    ]
+    assert priority_inversions(log, grace)["inversions"] == 0
+
+
+def test_priority_a_keys_lows_passing_its_waiting_high_are_inversions() -> None:
+    grace = {"a": priority_grace_s(Quota(10))}
+    log = [
+        job(10.5, "kl1", "low", enqueued=1.0, key="k"),
+        job(10.6, "kl2", "low", enqueued=1.0, key="k"),
+        job(10.7, "z", "low", enqueued=1.0, key="z"),  # the high was free to go before it
+        job(11.0, "kh", "high", enqueued=10.0, key="k"),
+    ]
+    out = priority_inversions(log, grace)
+    assert out["inversions"] == 3 and out["worst"] == [3, "kh"]
+
+
 # --------------------------------------------------------------------------- key order
 
 

@@ -9,7 +9,7 @@ import orjson
 
 from emq.core.interfaces import Offset
 from emq.core.model import Namespace, Topic, TopicRef
-from worker.dispatch import PARKED_MIN, Dispatcher
+from worker.dispatch import HELD_SCAN, PARKED_MIN, Dispatcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.keys import KeyLines
 from worker.progress import Progress
@@ -191,3 +191,85 @@ def test_a_job_a_second_late_without_budget_goes_back_to_its_buffer_in_offset_or
     assert not Worker._reserve_again(w, g, item, 101.2)  # type: ignore[arg-type]
     assert list(g.buffers[1]) == [first, item, last]  # type: ignore[index]
     assert item.reserved_at == -1.0 and g.scheduled  # woken: dispatched when budget comes
+
+
+def test_a_held_head_passes_its_grant_to_the_lower_buffers() -> None:
+    """Highs of one key parked to the limit, the next held at the head of the high buffer:
+    what the highs were granted goes to the lows (the held high's key may have its next job
+    there; before, the whole group stood still)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("e", qps=10)
+    highs = fill(g, ["j"] * (PARKED_MIN + 2), priority=0)
+    lows = fill(g, [None] * 5, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 10, WALL)
+    assert rec.sent == [highs[0], *lows]
+    assert g.keys is not None and g.keys.ranks == [PARKED_MIN, 0, 0]
+    assert list(g.buffers[0]) == [highs[-1]]  # type: ignore[index]
+
+
+def test_parking_is_bounded_per_priority() -> None:
+    """Lows parked to the limit do not hold a high of their key at its buffer's head: it parks
+    ahead of them and goes next."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("f", qps=10)
+    lows = fill(g, ["k"] * (PARKED_MIN + 1), priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 10, WALL)
+    assert rec.sent == [lows[0]] and g.keys is not None and g.keys.ranks == [0, 0, PARKED_MIN]
+    (high,) = fill(g, ["k"], priority=0)
+    go(d, g, 10, WALL + 0.1)
+    assert g.keys.ranks == [1, 0, PARKED_MIN]  # parked, not held
+    finish(d, g, lows[0])
+    go(d, g, 10, WALL + 0.2)
+    assert rec.sent == [lows[0], high]
+
+
+def test_a_high_takes_the_turn_of_its_keys_next_low() -> None:
+    """k's next job is a low, waiting in the low buffer behind the group's other work; a high of
+    k arrives: it goes first (the low is parked again, first of its rank), instead of waiting
+    until every medium of the group has gone (seen: a high waited 47 s so)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("g", qps=10)
+    g.counter.burst_s = 10.0
+    first, low = fill(g, ["k", "k"], priority=2)
+    go(d, g, 2, WALL)
+    assert rec.sent == [first] and g.buffered() == 0  # and low parked
+    finish(d, g, first)  # low is k's next, back in the low buffer
+    mediums = fill(g, [None] * 3, priority=1)
+    (high,) = fill(g, ["k"], priority=0)
+    go(d, g, 2, WALL + 0.2)
+    assert rec.sent == [first, high, mediums[0]]
+    assert list(g.buffers[2]) == []  # type: ignore[index]
+    finish(d, g, high)  # the low is k's next again
+    go(d, g, 10, WALL + 0.4)
+    assert rec.sent[3:] == [mediums[1], mediums[2], low]
+    assert g.keys is not None and g.keys.parked == 0 and g.keys.ranks == [0, 0, 0]
+
+
+def test_an_unkeyed_high_behind_a_held_one_goes_before_the_lows() -> None:
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("h", qps=10)
+    highs = fill(g, ["j"] * (PARKED_MIN + 2) + [None], priority=0)
+    lows = fill(g, [None] * 3, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 2, WALL)
+    assert rec.sent == [highs[0], highs[-1]] and lows[0] not in rec.sent
+    assert list(g.buffers[0]) == [highs[-2]]  # type: ignore[index]  # held, still first
+
+
+def test_past_the_held_scan_the_lows_wait() -> None:
+    """More held jobs than a dispatch looks past: jobs of their priority behind them may be
+    able to go, so lower ones do not take the grant (strict priority)."""
+    rec = Recorder()
+    d = Dispatcher(rec, 0.005)
+    g = group("i", qps=10)
+    fill(g, ["j"] * (PARKED_MIN + 1 + HELD_SCAN) + [None], priority=0)
+    lows = fill(g, [None] * 3, priority=2)
+    g.counter.burst_s = 10.0
+    go(d, g, 2, WALL)
+    assert len(rec.sent) == 1 and lows[0] not in rec.sent
