@@ -43,6 +43,7 @@ from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
 from emq.api.jobs import job_status
+from emq.api.latency import topic_latency
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
@@ -239,7 +240,8 @@ class Api:
         topic = await self.config.get_topic(ref)
         numbers = await topic_backlog(self.queues, topic)
         rate = await self.history.rate(str(ref)) if self.history is not None else None
-        return web.json_response(self.view(topic) | numbers | {"delivered_per_s": rate})
+        latency: dict[str, Any] = dict((await topic_latency(self.history, [ref])).get(ref) or {})
+        return web.json_response(self.view(topic) | numbers | {"delivered_per_s": rate} | latency)
 
     async def patch_topic(self, request: web.Request) -> web.Response:
         await self.auth.admin(request)

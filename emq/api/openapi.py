@@ -90,7 +90,8 @@ ROUTES = (
     Route(
         "get",
         _TOPIC,
-        "Show a topic: quota, groups, backlog per priority, delivered/s, paused",
+        "Show a topic: quota, groups, backlog per priority, delivered/s, enqueue-to-delivery "
+        "p50/p99 over the last minute (estimates within fixed buckets), paused",
         "tenant",
         (200, "topic", answers.TopicView),
         (422, 503),
@@ -156,8 +157,8 @@ ROUTES = (
     Route(
         "get",
         "/v1/topics",
-        "Every topic the caller may see (admin: all; a tenant: its own), with backlog, delayed "
-        "and delivered/s: what the console polls",
+        "Every topic the caller may see (admin: all; a tenant: its own), with backlog, delayed, "
+        "delivered/s and enqueue-to-delivery p50/p99 over the last minute: what the console polls",
         "tenant",
         (200, "the topics", None),
         (422, 503),

@@ -121,6 +121,12 @@ class RedisKeys:
         """Current delivered/s per topic and worker, for 'show topic'."""
         return f"{self.prefix}:rates"
 
+    def latency(self, topic: str, slot: int) -> str:
+        """Hash bucket index -> deliveries of ``topic`` (``str(TopicRef)``) counted in one
+        time slot (``emq.core.latency``; expires after the window). A topic's slots share a
+        hash tag, so one topic's window sits on one Cluster shard."""
+        return f"{self.prefix}:lat:{{{escape(topic)}}}:{slot}"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

@@ -42,3 +42,24 @@ async def test_only_moving_topics_are_published_and_a_stop_once_as_zero() -> Non
     await second(0)
     assert len(store.published) == count  # both idle: nothing was published
     assert await store.rate("online/acme/busy") == 0.0
+
+
+async def test_delivery_latency_is_published_as_what_each_second_added() -> None:
+    ref = TopicRef(Namespace.ONLINE, "acme", "busy")
+    busy = TopicState(Topic(ref, 100))
+    topics = {ref: busy}
+    store = MemoryHistoryStore()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+
+    async def second(latencies_s: list[float]) -> None:
+        for s in latencies_s:
+            busy.stats.delivered += 1
+            busy.delivered_after(s)
+        recorder.sync_metrics(topics)
+        await recorder._publish_rates()
+
+    await second([0.05] * 99 + [3.0])
+    await second([])  # nothing new: nothing added twice
+    await second([0.05] * 100)
+    window = (await store.latency_window([str(ref)]))[str(ref)]
+    assert sum(window) == 200

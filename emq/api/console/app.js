@@ -220,6 +220,8 @@ function fillTopicRow(row, t) {
   cell("delayed").textContent = t.delayed;
   // p99 enqueue->delivery latency: shown when the API reports it for the topic.
   cell("p99").textContent = t.p99_ms === undefined || t.p99_ms === null ? "—" : `${fmt(t.p99_ms, 0)} ms`;
+  cell("p99").title = t.p50_ms === undefined || t.p50_ms === null ? "no delivery in the last minute"
+    : `p50 ${fmt(t.p50_ms, 0)} ms, p99 ${fmt(t.p99_ms, 0)} ms over the last ${t.latency_window_s} s (enqueue to delivery)`;
   cell("state").textContent = t.paused ? "paused" : "no";
   cell("state").classList.toggle("is-paused", t.paused);
   row.dataset.paused = String(t.paused);
