@@ -8,6 +8,7 @@ from adapters import zk
 from adapters.redis_conn import client_options
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
+from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.zk_config import connect as connect_zk
@@ -18,6 +19,7 @@ from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
 from emq.core.jobs import JobStore
 from emq.core.naming import RedisKeys
+from emq.core.plans import PlanStore
 from emq.core.settings import Durability, Settings
 
 
@@ -118,6 +120,17 @@ def open_history(settings: Settings) -> HistoryStore:
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisHistoryStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+
+
+def open_plans(settings: Settings) -> PlanStore:
+    """The latest capacity plans the API was given (``GET /v1/plans/latest``)."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    return RedisPlanStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
 
 
 def open_jobs(settings: Settings) -> JobStore:

@@ -14,6 +14,8 @@ GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
 GET        /v1/topics (every visible topic, live numbers)     tenant or admin
+POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
+GET        /v1/plans/latest (its figures, the dry-run diff)   admin
 GET        /ui (the web console's static files, emq.api.ui)   anyone
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
@@ -37,7 +39,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, split_quota
-from emq.api import answers, ui
+from emq.api import answers, plans, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
@@ -76,6 +78,7 @@ from emq.core.model import (
     validate_name,
 )
 from emq.core.outbound import check_text
+from emq.core.plans import PlanStore
 from emq.core.settings import Settings
 
 
@@ -136,6 +139,10 @@ class Api:
         if not isinstance(body, dict):
             raise MalformedRequest(None, "request body must be a JSON object")
         return body
+
+    async def read_object(self, request: web.Request) -> dict[str, Any]:
+        """The request's body: a JSON object, or the error that says why not."""
+        return await self._object(request)
 
     def namespace(
         self, request: web.Request, query: schema.NamespaceQuery | None = None
@@ -441,6 +448,7 @@ def make_app(
     history: HistoryStore | None = None,
     fleet: FleetView | None = None,
     jobs: JobStore | None = None,
+    plan_store: PlanStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -473,4 +481,5 @@ def make_app(
         ]
     )
     ui.add_routes(app, handlers)
+    plans.add_routes(app, handlers, plan_store)
     return app

@@ -19,8 +19,8 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, ui
-from emq.core import schema
+from emq.api import answers, plan_answers, ui
+from emq.core import plan_schema, schema
 
 Auth = Literal["admin", "tenant", "none"]
 
@@ -28,7 +28,7 @@ _ERRORS = {
     400: "malformed JSON, or a body that is not a JSON object",
     401: "missing or invalid token (checked before anything else)",
     403: "not allowed for this token (a tenant token on an admin route)",
-    404: "unknown tenant or topic (another tenant's are unknown too)",
+    404: "unknown tenant or topic (another tenant's are unknown too); no plan stored yet",
     408: "request headers or body not received in time (EMQ_API_*_TIMEOUT_S)",
     409: "already exists, or changed concurrently",
     413: "job or request too large",
@@ -164,6 +164,26 @@ ROUTES = (
         (422, 503),
         query=schema.NamespaceQuery,
     ),
+    Route(
+        "post",
+        "/v1/plans",
+        "Store a capacity plan (plan.json of emq plan run; emq plan apply sends it): the latest "
+        "EMQ_API_PLANS_KEPT are kept",
+        "admin",
+        (201, "stored", plan_answers.PlanStored),
+        (*_BODY_ERRORS, 413),
+        plan_schema.PlanIn,
+        plan_schema.PlanQuery,
+    ),
+    Route(
+        "get",
+        "/v1/plans/latest",
+        "The latest capacity plan: the report's figures and series, and the dry-run diff "
+        "against the configuration now (the rules of emq plan apply)",
+        "admin",
+        (200, "the plan", plan_answers.PlanView),
+        (404, 503),
+    ),
     Route("get", "/ui", "The web console (redirects to /ui/)", "none", (302, "redirect", None), ()),
     Route("get", "/ui/", "The web console's page", "none", (200, "the page", None), ()),
     Route(
@@ -194,6 +214,7 @@ def _ref(model: type[Any]) -> dict[str, str]:
 
 def _models() -> list[tuple[type[Any], Literal["validation", "serialization"]]]:
     requests = [(m, "validation") for m in (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)]
+    requests += [(plan_schema.PlanIn, "validation"), (plan_schema.PlanQuery, "validation")]
     replies = [(r.answer[2], "serialization") for r in ROUTES if r.answer[2] is not None]
     return [*requests, *replies, (answers.Error, "serialization")]  # type: ignore[list-item]
 

@@ -25,7 +25,14 @@ from emq.api.app import make_app
 from emq.api.errors import Handler
 from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.api.settings import ApiSettings
-from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
+from emq.compose import (
+    open_config,
+    open_fleet_view,
+    open_history,
+    open_jobs,
+    open_plans,
+    open_queues,
+)
 from emq.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -104,7 +111,8 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     history = open_history(settings)
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
-    app = make_app(settings, api, config, queues, history, fleet, jobs)
+    plans = open_plans(settings)
+    app = make_app(settings, api, config, queues, history, fleet, jobs, plans)
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
@@ -128,6 +136,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         log.info("emq api drained in %.2f s", time.monotonic() - started)
     finally:
         await runner.cleanup()
+        await plans.aclose()
         await fleet.aclose()
         await jobs.aclose()
         await history.aclose()

@@ -127,6 +127,10 @@ class RedisKeys:
         hash tag, so one topic's window sits on one Cluster shard."""
         return f"{self.prefix}:lat:{{{escape(topic)}}}:{slot}"
 
+    def plans(self) -> str:
+        """The latest capacity plans, newest first (a list trimmed to EMQ_API_PLANS_KEPT)."""
+        return f"{self.prefix}:plans"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

@@ -12,8 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from kazoo.client import KazooClient
 
 from emq.api import ApiSettings, make_app
-from emq.compose import open_config, open_history, open_queues
+from emq.compose import open_config, open_history, open_plans, open_queues
 from emq.core.interfaces import ConfigStore, HistoryStore, QueueBackend
+from emq.core.plans import PlanStore
 from emq.core.settings import Settings
 
 ADMIN = {"Authorization": "Bearer test-admin-token"}
@@ -49,8 +50,9 @@ async def serve(
     config: ConfigStore,
     api: ApiSettings | None = None,
     history: HistoryStore | None = None,
+    plans: PlanStore | None = None,
 ) -> TestClient:
-    app = make_app(settings, api or ApiSettings(), config, queues, history)
+    app = make_app(settings, api or ApiSettings(), config, queues, history, plan_store=plans)
     client = TestClient(TestServer(app))
     await client.start_server()
     return client
@@ -61,9 +63,13 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     queues = await open_queues(settings)
     config = await open_config(settings)
     history = open_history(settings)
-    client = await serve(settings, queues, config, ApiSettings(history_interval_s=1), history)
+    plans = open_plans(settings)
+    client = await serve(
+        settings, queues, config, ApiSettings(history_interval_s=1), history, plans
+    )
     yield Api(client, queues, config, settings, history)
     await client.close()
+    await plans.aclose()
     await history.aclose()
     await config.aclose()
     await queues.aclose()

@@ -22,7 +22,14 @@ from aiohttp import web
 
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
-from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
+from emq.compose import (
+    open_config,
+    open_fleet_view,
+    open_history,
+    open_jobs,
+    open_plans,
+    open_queues,
+)
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
 from emq.stack import free_port
@@ -47,6 +54,8 @@ ADMIN_ROUTES = {
     "POST /v1/tenants/{tenant}/topics",
     "PATCH /v1/tenants/{tenant}/topics/{topic}",
     "GET /v1/workers",
+    "POST /v1/plans",
+    "GET /v1/plans/latest",
 }
 
 
@@ -64,7 +73,8 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     history = open_history(settings)
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
-    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs)
+    plans = open_plans(settings)
+    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs, plans)
     runner = make_runner(app, ApiSettings())
     await runner.setup()
     port = free_port()
@@ -73,6 +83,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+        await plans.aclose()
         await jobs.aclose()
         await fleet.aclose()
         await history.aclose()
