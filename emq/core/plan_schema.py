@@ -12,10 +12,10 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
 
 from emq.core.model import MAX_TOPIC_QPS
-from emq.core.schema import Name, NamespaceName, Query
+from emq.core.schema import Body, Name, NamespaceName, Query
 
 MAX_PLAN_TOPICS = 100_000
 MAX_POINTS = 2_000  # per series: the planner keeps at most this many (it thins longer ones)
@@ -25,11 +25,11 @@ Figure = Annotated[float, Field(ge=-1e15, le=1e15)]  # finite, and within what J
 Points = Annotated[list[Figure], Field(max_length=MAX_POINTS)]
 
 
-class PlanPart(BaseModel):
-    """Unknown fields are dropped (a newer planner's); types are exact; an integer field takes
-    ``5.0`` (JSON Schema's integer), not ``5.5``."""
+class PlanPart(Body):
+    """A body whose unknown fields are dropped (a newer planner's) rather than refused; types
+    are exact; an integer field takes ``5.0`` (JSON Schema's integer), not ``5.5``."""
 
-    model_config = ConfigDict(extra="ignore", strict=True, allow_inf_nan=False, frozen=True)
+    model_config = ConfigDict(extra="ignore")
 
     @model_validator(mode="before")
     @classmethod
@@ -136,6 +136,7 @@ class TopicSeries(PlanPart):
     namespace: NamespaceName
     tenant: Name
     topic: Name
+    proposed_qps: Count | None = None
     t: Points = Field(default_factory=list)
     rate: Points = Field(default_factory=list)
     quota: Points = Field(default_factory=list)

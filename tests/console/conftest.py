@@ -24,7 +24,14 @@ from aiohttp.test_utils import TestClient, TestServer
 from playwright.async_api import Browser, Page, async_playwright
 
 from emq.api import ApiSettings, make_app
-from emq.compose import open_config, open_fleet_view, open_history, open_jobs, open_queues
+from emq.compose import (
+    open_config,
+    open_fleet_view,
+    open_history,
+    open_jobs,
+    open_plans,
+    open_queues,
+)
 from emq.core.settings import Settings
 from tests.worker.conftest import sink, worker_process
 
@@ -101,13 +108,15 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     history = open_history(settings)
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
+    plans = open_plans(settings)
     app = make_app(
-        settings, ApiSettings(history_interval_s=1), config, queues, history, fleet, jobs
+        settings, ApiSettings(history_interval_s=1), config, queues, history, fleet, jobs, plans
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     yield Console(client, str(client.make_url("")).rstrip("/"))
     await client.close()
+    await plans.aclose()
     await jobs.aclose()
     await fleet.aclose()
     await history.aclose()
