@@ -221,15 +221,19 @@ function fillTopicRow(row, t) {
   cell("backlog").title = Object.entries(t.backlog || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
   cell("delayed").textContent = t.delayed;
   // p99 enqueue->delivery latency: shown when the API reports it for the topic.
-  cell("p99").textContent = t.p99_ms === undefined || t.p99_ms === null ? "—" : `${fmt(t.p99_ms, 0)} ms`;
+  cell("p99").textContent = latency(t.p99_ms);
   cell("p99").title = t.p50_ms === undefined || t.p50_ms === null ? "no delivery in the last minute"
-    : `p50 ${fmt(t.p50_ms, 0)} ms, p99 ${fmt(t.p99_ms, 0)} ms over the last ${t.latency_window_s} s (enqueue to delivery)`;
+    : `p50 ${latency(t.p50_ms)}, p99 ${latency(t.p99_ms)} over the last ${t.latency_window_s} s (enqueue to delivery)`;
   cell("state").textContent = t.paused ? "paused" : "no";
   cell("state").classList.toggle("is-paused", t.paused);
   row.dataset.paused = String(t.paused);
   const pause = row.querySelector(".toggle-pause");
   if (pause) pause.textContent = t.paused ? "Resume" : "Pause";
 }
+
+// Milliseconds below a second, seconds above (a backlog draining at the quota waits long).
+const latency = (ms) => (ms === undefined || ms === null ? "—"
+  : ms < 1000 ? `${fmt(ms, 0)} ms` : `${fmt(ms / 1000, 1)} s`);
 
 async function patchTopic(t, change, done) {
   try {
