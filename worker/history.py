@@ -58,9 +58,10 @@ class HistoryRecorder:
         self._rates: dict[str, float] = {}  # delivered/s to publish at the next second
         self._moving: set[TopicState] = set()  # topics whose last published rate was not 0
         self._board = store if isinstance(store, LatencyBoard) else None
-        # TopicState.e2e when last counted, with the state it was read from (a topic taken
-        # again gets a new state whose counts start over)
-        self._e2e_seen: dict[TopicRef, tuple[TopicState, list[int]]] = {}
+        # TopicState.e2e when last counted, with the list it was read from: a topic taken
+        # again gets a new state whose counts start over (the list, not the state, is kept:
+        # a dropped topic's state holds its buffers)
+        self._e2e_seen: dict[TopicRef, tuple[list[int], list[int]]] = {}
         self._latency: dict[str, list[int]] = {}  # deliveries' latency counts to publish
         self._last_sync = time.monotonic()
 
@@ -120,11 +121,11 @@ class HistoryRecorder:
         """Add what ``state``'s latency counts gained to the next publication (O(buckets))."""
         now = state.e2e
         seen = self._e2e_seen.get(state.ref)
-        if seen is None or seen[0] is not state:
+        if seen is None or seen[0] is not now:
             gained = list(now)
         else:
             gained = [a - b for a, b in zip(now, seen[1], strict=True)]
-        self._e2e_seen[state.ref] = (state, list(now))
+        self._e2e_seen[state.ref] = (now, list(now))
         if not any(gained):
             return
         kept = self._latency.get(state.endpoint)

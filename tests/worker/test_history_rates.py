@@ -63,3 +63,18 @@ async def test_delivery_latency_is_published_as_what_each_second_added() -> None
     await second([0.05] * 100)
     window = (await store.latency_window([str(ref)]))[str(ref)]
     assert sum(window) == 200
+
+
+async def test_a_topic_taken_again_adds_its_new_counts() -> None:
+    ref = TopicRef(Namespace.ONLINE, "acme", "busy")
+    store = MemoryHistoryStore()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+    first = TopicState(Topic(ref, 100))
+    for _ in range(5):
+        first.delivered_after(0.05)
+    recorder._note_latency(first)
+    again = TopicState(Topic(ref, 100))  # released and taken back: its counts start over
+    again.delivered_after(0.05)
+    recorder._note_latency(again)
+    await recorder._publish_rates()
+    assert sum((await store.latency_window([str(ref)]))[str(ref)]) == 6
