@@ -1,12 +1,14 @@
 """Enqueue-to-delivery latency per topic over the last minute: what the console's p99 shows.
 
 Workers count every delivery's latency (accepted by the API → 2xx) in fixed buckets
-(:data:`E2E_BUCKETS_S`, the buckets of ``emq_delivery_latency_seconds``). Once a second each
-worker adds what its topics gained to a :class:`LatencyBoard`; the API reads the board's window
-(the counts of every worker, added up) and turns them into quantiles with :func:`quantile`.
+(:data:`E2E_BUCKETS_S`, the buckets of ``emq_delivery_latency_seconds``). Every few seconds
+each worker adds what its topics gained to a :class:`LatencyBoard`; the API reads the board's
+window (the counts of every worker, added up) and turns them into quantiles with
+:func:`quantile`.
 
 What is exact and what is an estimate: the *counts* per bucket over the window are exact (every
-delivery of every worker, counted once); a *quantile* is an estimate, interpolated linearly
+delivery of every worker counted once, when its worker adds it: a few seconds late, and dropped
+if the board cannot be reached); a *quantile* is an estimate, interpolated linearly
 within its bucket as Prometheus' ``histogram_quantile`` does, so it is never further from the
 truth than the bucket it falls in (e.g. between 0.25 s and 0.5 s). A quantile that falls in the
 overflow bucket reads as the last bound (3600 s): at least that.
