@@ -15,8 +15,10 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_latency import MemoryLatencyBoard, RedisLatencyBoard
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
+from emq.core.latency import LatencyBoard
 from emq.core.naming import RedisKeys
 
 _FIELDS = [f.name for f in dataclasses.fields(HistoryRow)]
@@ -40,8 +42,11 @@ def _decode(fields: Mapping[Any, Any]) -> HistoryRow:
     return HistoryRow(**values)
 
 
-class RedisHistoryStore(HistoryStore):
-    """Owns neither the client's lifetime unless ``owns_client``."""
+class RedisHistoryStore(HistoryStore, LatencyBoard):
+    """Owns neither the client's lifetime unless ``owns_client``.
+
+    Also the latency board (:mod:`adapters.redis_latency`): workers write it where they write
+    their rates, and the API reads it where it reads them."""
 
     def __init__(
         self,
@@ -56,6 +61,14 @@ class RedisHistoryStore(HistoryStore):
         self._rates = keys.rates()
         self._max_rows = max_rows
         self._owns = owns_client
+        self._latency = RedisLatencyBoard(client, keys)
+        self.window_s = self._latency.window_s
+
+    async def add_latency(self, counts: Mapping[str, Sequence[int]]) -> None:
+        await self._latency.add_latency(counts)
+
+    async def latency_window(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        return await self._latency.latency_window(topics)
 
     async def record(self, rows: Sequence[HistoryRow]) -> None:
         if not rows:
@@ -137,10 +150,18 @@ class RedisHistoryStore(HistoryStore):
             await self._client.aclose()
 
 
-class MemoryHistoryStore(HistoryStore):
+class MemoryHistoryStore(HistoryStore, LatencyBoard):
     def __init__(self) -> None:
         self.rows: list[HistoryRow] = []
         self._rates: dict[tuple[str, str], tuple[float, float]] = {}
+        self._latency = MemoryLatencyBoard()
+        self.window_s = self._latency.window_s
+
+    async def add_latency(self, counts: Mapping[str, Sequence[int]]) -> None:
+        await self._latency.add_latency(counts)
+
+    async def latency_window(self, topics: Sequence[str]) -> dict[str, list[int]]:
+        return await self._latency.latency_window(topics)
 
     async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
         now = time.time()

@@ -10,6 +10,7 @@ from adapters.redis_demand import RedisDemandBoard
 from adapters.redis_endpoints import RedisEndpointBoard
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
+from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
@@ -22,6 +23,7 @@ from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
 from emq.core.jobs import JobStore
 from emq.core.naming import RedisKeys
+from emq.core.plans import PlanStore
 from emq.core.settings import Durability, Settings
 
 
@@ -131,6 +133,17 @@ def open_endpoint_board(settings: Settings) -> EndpointBoard:
     """Where workers post their endpoints' statuses and the API reads them."""
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisEndpointBoard(_own_redis(settings), keys, owns_client=True)
+
+
+def open_plans(settings: Settings) -> PlanStore:
+    """The latest capacity plans the API was given (``GET /v1/plans/latest``)."""
+    options = client_options(settings.redis_cluster)
+    client = (
+        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        if settings.redis_cluster
+        else aioredis.Redis.from_url(settings.redis_url, **options)
+    )
+    return RedisPlanStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
 
 
 def open_jobs(settings: Settings) -> JobStore:

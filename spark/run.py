@@ -18,6 +18,7 @@ from spark import planning, sizing
 from spark.history import KEYS
 from spark.planning import PlanOptions
 from spark.report import duration, write_report
+from spark.series import plan_series
 from spark.session import Progress, cpu_seconds
 
 FORMAT_VERSION = 1
@@ -102,6 +103,7 @@ def run(
     with progress.step("writing plan.json, Parquet detail and report.html"):
         fleet_sizing = planning.size_fleet(fleet, topics, o, span.intervals)
         plan = _document(history, span, topics, fleet_sizing, o)
+        plan["series"] = plan_series(fleet, top, top_rows)  # for the console's charts
         paths = _write(out_dir, plan, topics, fleet, top, top_rows)
     result = _summary(plan, topics, paths, span, progress)
     jvm_cpu = cpu_seconds(spark)

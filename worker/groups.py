@@ -45,6 +45,7 @@ import orjson
 from capacity.priority import WeightedPlanner
 from capacity.rate import QpsCounter
 from emq.core.interfaces import Checkpoint, Offset
+from emq.core.latency import E2E_BUCKETS_S as _E2E_BUCKETS_S
 from emq.core.model import (
     PRIORITIES,
     Delivery,
@@ -87,8 +88,9 @@ _STOPPED = frozenset({Lifecycle.RELEASING, Lifecycle.RELEASED, Lifecycle.DROPPED
 _GONE = frozenset({Lifecycle.RELEASED, Lifecycle.DROPPED})
 
 LATENCY_BUCKETS_MS = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 2000, 5000, 10000, 30000, 60000)
-# Enqueue to delivery: seconds to hours (a backlog drains at the quota).
-E2E_BUCKETS_S = (0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+# Enqueue to delivery: seconds to hours (a backlog drains at the quota); defined in the core,
+# where the API reads the same buckets back (emq.core.latency).
+E2E_BUCKETS_S = _E2E_BUCKETS_S
 
 
 class Buffered:

@@ -4,6 +4,11 @@ Every ``history_interval_s`` (aligned to the wall clock) the recorder writes one
 that had any activity or backlog: deliveries, failures, retries, dead letters, p50/p99 push
 latency, the jobs buffered and waiting for quota, the quota and the group count. It also moves the
 Prometheus counters forward by the same deltas, so the two never disagree.
+
+Once a second it publishes each moving topic's delivered/s and, every ``LATENCY_EVERY_S`` when
+the store is also a :class:`~emq.core.latency.LatencyBoard`, the enqueue-to-delivery latency
+counts its deliveries added since (the console's p50/p99 over the last minute, added up across
+the fleet by the board).
 """
 
 from __future__ import annotations
@@ -17,12 +22,14 @@ from dataclasses import dataclass, replace
 
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
+from emq.core.latency import LatencyBoard
 from emq.core.model import TopicRef
 from worker.groups import LatencyHistogram, TopicState, TopicStats
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 
 log = logging.getLogger(__name__)
+LATENCY_EVERY_S = 5.0
 
 
 @dataclass(slots=True)
@@ -51,6 +58,17 @@ class HistoryRecorder:
         self._metric_seen: dict[TopicRef, _Seen] = {}
         self._rates: dict[str, float] = {}  # delivered/s to publish at the next second
         self._moving: set[TopicState] = set()  # topics whose last published rate was not 0
+        self._board = store if isinstance(store, LatencyBoard) else None
+        # TopicState.e2e when last counted, with the list it was read from: a topic taken
+        # again gets a new state whose counts start over (the list, not the state, is kept:
+        # a dropped topic's state holds its buffers)
+        self._e2e_seen: dict[TopicRef, tuple[list[int], list[int]]] = {}
+        self._latency: dict[str, list[int]] = {}  # deliveries' latency counts to publish
+        self._delivering: set[TopicState] = set()  # topics that delivered since then
+        # The board's window is a minute: publishing every few seconds keeps it as useful for
+        # a fraction of the round trips (a worker with 1000 busy topics sends ~3000 commands).
+        self.latency_every_s = LATENCY_EVERY_S
+        self._next_latency = 0.0
         self._last_sync = time.monotonic()
 
     async def run(self, topics: Mapping[TopicRef, TopicState]) -> None:
@@ -84,6 +102,7 @@ class HistoryRecorder:
                 self._outage.resumed("history recorder")
 
     async def _publish_rates(self) -> None:
+        await self._publish_latency()
         if self._store is None or not self._rates:
             return
         try:
@@ -92,6 +111,41 @@ class HistoryRecorder:
             self._outage.noted("rate publisher", e)
         else:
             self._outage.resumed("rate publisher")
+
+    async def _publish_latency(self) -> None:
+        now = time.monotonic()
+        if self._board is None or not self._delivering or now < self._next_latency:
+            return
+        self._next_latency = now + self.latency_every_s
+        delivering, self._delivering = self._delivering, set()
+        for state in delivering:
+            self._note_latency(state)
+        latency, self._latency = self._latency, {}  # best effort: not re-sent after a failure
+        if not latency:
+            return
+        try:
+            await self._board.add_latency(latency)
+        except BackendUnavailable as e:
+            self._outage.noted("latency publisher", e)
+        else:
+            self._outage.resumed("latency publisher")
+
+    def _note_latency(self, state: TopicState) -> None:
+        """Add what ``state``'s latency counts gained to the next publication (O(buckets))."""
+        now = state.e2e
+        seen = self._e2e_seen.get(state.ref)
+        if seen is None or seen[0] is not now:
+            gained = list(now)
+        else:
+            gained = [a - b for a, b in zip(now, seen[1], strict=True)]
+        self._e2e_seen[state.ref] = (now, list(now))
+        if not any(gained):
+            return
+        kept = self._latency.get(state.endpoint)
+        if kept is None:
+            self._latency[state.endpoint] = gained
+        else:
+            self._latency[state.endpoint] = [a + b for a, b in zip(kept, gained, strict=True)]
 
     def _row(self, state: TopicState, interval_start: int) -> HistoryRow | None:
         delta, latency = _delta(state, self._seen)
@@ -144,6 +198,8 @@ class HistoryRecorder:
             if delta.delivered:
                 rates[state.endpoint] = delta.delivered / elapsed
                 moving.add(state)
+                if self._board is not None:
+                    self._delivering.add(state)  # its counts are read when published
             elif state in self._moving:
                 rates[state.endpoint] = 0.0
             if delta is not _NOTHING:

@@ -119,6 +119,25 @@ class TopicView(TypedDict):
     per_group: NotRequired[list[GroupBacklog]]
     delivered_per_s: NotRequired[float | None]
     endpoint_status: NotRequired[list[EndpointStatus]]
+    p50_ms: NotRequired[float | None]
+    p99_ms: NotRequired[
+        Annotated[
+            float | None,
+            Field(
+                description="enqueue-to-delivery p99 over the last latency_window_s (an estimate "
+                "within fixed buckets; null: nothing delivered in the window)"
+            ),
+        ]
+    ]
+    latency_window_s: NotRequired[int]
+
+
+class Latency(TypedDict):
+    """A topic's enqueue-to-delivery latency over the last ``latency_window_s`` seconds."""
+
+    p50_ms: float | None
+    p99_ms: float | None
+    latency_window_s: int
 
 
 class Topics(TypedDict):

@@ -14,6 +14,8 @@ GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
 GET        /v1/topics (every visible topic, live numbers)     tenant or admin
+POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
+GET        /v1/plans/latest (its figures, the dry-run diff)   admin
 GET        /ui (the web console's static files, emq.api.ui)   anyone
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
@@ -39,13 +41,14 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, split_quota
-from emq.api import answers, replay, ui
+from emq.api import answers, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.endpoints import enable_endpoint
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
 from emq.api.history import EnqueueHistory
 from emq.api.jobs import job_status
+from emq.api.latency import topic_latency
 from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
@@ -80,6 +83,7 @@ from emq.core.model import (
     validate_name,
 )
 from emq.core.outbound import check_text
+from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
 
@@ -143,6 +147,10 @@ class Api:
         if not isinstance(body, dict):
             raise MalformedRequest(None, "request body must be a JSON object")
         return body
+
+    async def read_object(self, request: web.Request) -> dict[str, Any]:
+        """The request's body: a JSON object, or the error that says why not."""
+        return await self._object(request)
 
     def namespace(
         self, request: web.Request, query: schema.NamespaceQuery | None = None
@@ -267,7 +275,8 @@ class Api:
         topic = await self.config.get_topic(ref)
         numbers = await topic_backlog(self.queues, topic)
         rate = await self.history.rate(str(ref)) if self.history is not None else None
-        shown = self.view(topic) | numbers | {"delivered_per_s": rate}
+        latency: dict[str, Any] = dict((await topic_latency(self.history, [ref])).get(ref) or {})
+        shown = self.view(topic) | numbers | {"delivered_per_s": rate} | latency
         if self.endpoints is not None:  # what workers see of its endpoints (emq.api.endpoints)
             shown["endpoint_status"] = await self.endpoints.read(str(ref))
         return web.json_response(shown)
@@ -474,6 +483,7 @@ def make_app(
     jobs: JobStore | None = None,
     replays: ReplayStore | None = None,
     endpoints: EndpointBoard | None = None,
+    plan_store: PlanStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -509,4 +519,5 @@ def make_app(
     )
     ui.add_routes(app, handlers)
     replay.add_routes(app, handlers, replays)
+    plans.add_routes(app, handlers, plan_store)
     return app

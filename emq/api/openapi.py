@@ -19,8 +19,8 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, replay, ui
-from emq.core import schema
+from emq.api import answers, plan_answers, replay, ui
+from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
 from emq.core.schema.endpoints import EndpointEnableIn
@@ -31,7 +31,7 @@ _ERRORS = {
     400: "malformed JSON, or a body that is not a JSON object",
     401: "missing or invalid token (checked before anything else)",
     403: "not allowed for this token (a tenant token on an admin route)",
-    404: "unknown tenant or topic (another tenant's are unknown too)",
+    404: "unknown tenant or topic (another tenant's are unknown too); no plan stored yet",
     408: "request headers or body not received in time (EMQ_API_*_TIMEOUT_S)",
     409: "already exists, or changed concurrently",
     413: "job or request too large",
@@ -103,7 +103,8 @@ ROUTES = (
     Route(
         "get",
         _TOPIC,
-        "Show a topic: quota, groups, backlog per priority, delivered/s, paused",
+        "Show a topic: quota, groups, backlog per priority, delivered/s, enqueue-to-delivery "
+        "p50/p99 over the last minute (estimates within fixed buckets), paused",
         "tenant",
         (200, "topic", answers.TopicView),
         (422, 503),
@@ -226,12 +227,32 @@ ROUTES = (
     Route(
         "get",
         "/v1/topics",
-        "Every topic the caller may see (admin: all; a tenant: its own), with backlog, delayed "
-        "and delivered/s: what the console polls",
+        "Every topic the caller may see (admin: all; a tenant: its own), with backlog, delayed, "
+        "delivered/s and enqueue-to-delivery p50/p99 over the last minute: what the console polls",
         "tenant",
         (200, "the topics", None),
         (422, 503),
         query=schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        "/v1/plans",
+        "Store a capacity plan (plan.json of emq plan run; emq plan apply sends it): the latest "
+        "EMQ_API_PLANS_KEPT are kept",
+        "admin",
+        (201, "stored", plan_answers.PlanStored),
+        (*_BODY_ERRORS, 413),
+        plan_schema.PlanIn,
+        plan_schema.PlanQuery,
+    ),
+    Route(
+        "get",
+        "/v1/plans/latest",
+        "The latest capacity plan: the report's figures and series, and the dry-run diff "
+        "against the configuration now (the rules of emq plan apply)",
+        "admin",
+        (200, "the plan", plan_answers.PlanView),
+        (404, 503),
     ),
     Route("get", "/ui", "The web console (redirects to /ui/)", "none", (302, "redirect", None), ()),
     Route("get", "/ui/", "The web console's page", "none", (200, "the page", None), ()),

@@ -31,6 +31,7 @@ from emq.compose import (
     open_fleet_view,
     open_history,
     open_jobs,
+    open_plans,
     open_queues,
     open_replays,
 )
@@ -113,8 +114,18 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     jobs = open_jobs(settings)
     replays = open_replays(settings)
     board = open_endpoint_board(settings)
+    plans = open_plans(settings)
     app = make_app(
-        settings, api, config, queues, history, fleet, jobs, replays=replays, endpoints=board
+        settings,
+        api,
+        config,
+        queues,
+        history,
+        fleet,
+        jobs,
+        replays=replays,
+        endpoints=board,
+        plan_store=plans,
     )
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
@@ -138,6 +149,7 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         log.info("emq api drained in %.2f s", time.monotonic() - started)
     finally:
         await runner.cleanup()
+        await plans.aclose()
         await fleet.aclose()
         await replays.aclose()
         await jobs.aclose()

@@ -26,6 +26,8 @@ class ApiSettings:
     backlog_refresh_s: float = setting(1.0, greater_than(0))
     shutdown_grace_s: float = setting(10.0, at_least(0))
     history_interval_s: float = setting(10.0, greater_than(0))
+    # Capacity plans kept for the console (POST /v1/plans, newest first; older ones dropped).
+    plans_kept: int = setting(5, at_least(1))
     # Hostile or broken clients (see emq.api.guard): a request's headers must arrive within
     # header_timeout_s of its first byte, its body within body_timeout_s of being read; an
     # idle connection is closed after keepalive_timeout_s; beyond max_connections open at

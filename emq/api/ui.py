@@ -6,9 +6,10 @@ carries the token the user signed in with as ``Authorization: Bearer``; the toke
 tab's ``sessionStorage``, never in a URL.
 
 ``GET /v1/topics`` answers every topic the caller may see with its live numbers (backlog,
-delayed, delivered/s) in one request, so a console polling once a second costs the API one
-request a second, whatever the number of topics: the admin sees every tenant's topics, a tenant
-only its own (the same rule as the per-topic routes).
+delayed, delivered/s, enqueue-to-delivery p50/p99 over the last minute) in one request, so a
+console polling once a second costs the API one request a second, whatever the number of
+topics: the admin sees every tenant's topics, a tenant only its own (the same rule as the
+per-topic routes).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 
 from emq.api.enqueue import topic_backlog
+from emq.api.latency import topic_latency
 from emq.core.model import Topic
 
 if TYPE_CHECKING:
@@ -75,6 +77,9 @@ class Console:
             topics += await self.api.config.list_topics(namespace, tenant)
         shown = topics[:MAX_TOPICS]
         rows = await asyncio.gather(*(self._row(t) for t in shown))
+        latency = await topic_latency(self.api.history, [t.ref for t in shown])
+        for topic, row in zip(shown, rows, strict=True):
+            row.update(latency.get(topic.ref, {}))
         return web.json_response(
             {
                 "namespace": namespace.value,

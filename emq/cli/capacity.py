@@ -224,6 +224,9 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
         async with Client(settings.api_url, token) as client:
             await _compare(client, changes, args.force)
             refused = any(c.action == "needs-force" for c in changes)
+            from emq.cli.plan_store import publish  # the console's latest plan
+
+            await publish(client, args.plan, "dry-run" if args.dry_run or refused else "apply")
             if not args.dry_run and not refused:
                 await _apply(client, changes)
             return refused

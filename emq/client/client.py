@@ -383,6 +383,19 @@ class Client:
         path = self._topic_path(tenant, topic, "dlq", "replays", replay_id)
         return await self._object("DELETE", path, query=self._topic_query(namespace))
 
+    # ------------------------------------------------------------------ capacity plans (admin)
+
+    async def publish_plan(
+        self, plan: Mapping[str, Any], source: str = "publish"
+    ) -> dict[str, Any]:
+        """Store a capacity plan (``plan.json``) as the API's latest; ``source`` says why:
+        ``publish``, ``dry-run`` or ``apply``. Answers its id and how many plans are kept."""
+        return await self._object("POST", "v1/plans", body=plan, query={"source": source})
+
+    async def latest_plan(self) -> dict[str, Any]:
+        """The latest plan's figures and series and its dry-run diff against the config now."""
+        return await self._object("GET", "v1/plans/latest")
+
     # ------------------------------------------------------------------ operations
 
     async def health(self) -> dict[str, Any]:

@@ -125,6 +125,16 @@ class RedisKeys:
         """Each worker's statuses of each topic's endpoints (adaptive rates, disables)."""
         return f"{self.prefix}:endpoints"
 
+    def latency(self, topic: str, slot: int) -> str:
+        """Hash bucket index -> deliveries of ``topic`` (``str(TopicRef)``) counted in one
+        time slot (``emq.core.latency``; expires after the window). A topic's slots share a
+        hash tag, so one topic's window sits on one Cluster shard."""
+        return f"{self.prefix}:lat:{{{escape(topic)}}}:{slot}"
+
+    def plans(self) -> str:
+        """The latest capacity plans, newest first (a list trimmed to EMQ_API_PLANS_KEPT)."""
+        return f"{self.prefix}:plans"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

@@ -12,8 +12,9 @@ from aiohttp.test_utils import TestClient, TestServer
 from kazoo.client import KazooClient
 
 from emq.api import ApiSettings, make_app
-from emq.compose import open_config, open_history, open_queues, open_replays
+from emq.compose import open_config, open_history, open_plans, open_queues, open_replays
 from emq.core.interfaces import ConfigStore, HistoryStore, QueueBackend
+from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
 
@@ -51,8 +52,17 @@ async def serve(
     api: ApiSettings | None = None,
     history: HistoryStore | None = None,
     replays: ReplayStore | None = None,
+    plans: PlanStore | None = None,
 ) -> TestClient:
-    app = make_app(settings, api or ApiSettings(), config, queues, history, replays=replays)
+    app = make_app(
+        settings,
+        api or ApiSettings(),
+        config,
+        queues,
+        history,
+        replays=replays,
+        plan_store=plans,
+    )
     client = TestClient(TestServer(app))
     await client.start_server()
     return client
@@ -64,12 +74,14 @@ async def api(settings: Settings) -> AsyncIterator[Api]:
     config = await open_config(settings)
     history = open_history(settings)
     replays = open_replays(settings)
+    plans = open_plans(settings)
     client = await serve(
-        settings, queues, config, ApiSettings(history_interval_s=1), history, replays
+        settings, queues, config, ApiSettings(history_interval_s=1), history, replays, plans
     )
     yield Api(client, queues, config, settings, history)
     await client.close()
     await replays.aclose()
+    await plans.aclose()
     await history.aclose()
     await config.aclose()
     await queues.aclose()

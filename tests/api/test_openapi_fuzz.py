@@ -26,6 +26,7 @@ from emq.compose import (
     open_fleet_view,
     open_history,
     open_jobs,
+    open_plans,
     open_queues,
     open_replays,
 )
@@ -57,6 +58,8 @@ ADMIN_ROUTES = {
     "POST /v1/tenants/{tenant}/topics",
     "PATCH /v1/tenants/{tenant}/topics/{topic}",
     "GET /v1/workers",
+    "POST /v1/plans",
+    "GET /v1/plans/latest",
 }
 
 
@@ -75,7 +78,18 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
-    app = make_app(settings, ApiSettings(), config, queues, history, fleet, jobs, replays)
+    plans = open_plans(settings)
+    app = make_app(
+        settings,
+        ApiSettings(),
+        config,
+        queues,
+        history,
+        fleet,
+        jobs,
+        replays=replays,
+        plan_store=plans,
+    )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
     port = await runner.listen("127.0.0.1", 0)
@@ -84,6 +98,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     finally:
         await runner.cleanup()
         await replays.aclose()
+        await plans.aclose()
         await jobs.aclose()
         await fleet.aclose()
         await history.aclose()

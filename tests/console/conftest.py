@@ -30,6 +30,7 @@ from emq.compose import (
     open_fleet_view,
     open_history,
     open_jobs,
+    open_plans,
     open_queues,
     open_replays,
 )
@@ -110,6 +111,7 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
+    plans = open_plans(settings)
     board = open_endpoint_board(settings)  # what workers see of endpoints (issue 16)
     app = make_app(
         settings,
@@ -121,6 +123,7 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
         jobs,
         replays=replays,
         endpoints=board,
+        plan_store=plans,
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
@@ -128,6 +131,7 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     await client.close()
     await replays.aclose()
     await board.aclose()
+    await plans.aclose()
     await jobs.aclose()
     await fleet.aclose()
     await history.aclose()

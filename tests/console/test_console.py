@@ -48,6 +48,10 @@ async def test_admin_changes_a_quota_and_pauses_and_the_worker_applies_it(
     await expect(page.locator(ROW.format("globex", "invoices"))).to_be_visible()  # every tenant
     await expect(row.locator("td.qps")).to_have_text("4")
     await page.wait_for_function(rate_at_least("acme", "orders", 2), timeout=20_000)
+    # After deliveries the p99 column shows the topic's enqueue-to-delivery p99.
+    await expect(row.locator("td.p99")).to_have_text(
+        re.compile(r"^(\d+ ms|\d+\.\d s)$"), timeout=20_000
+    )
 
     # A quota the API refuses: its answer is shown, nothing changes.
     await row.locator("input.new-qps").fill("0")

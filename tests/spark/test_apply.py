@@ -137,3 +137,16 @@ async def test_a_plan_naming_a_topic_twice_is_refused(
     plan = _plan(tmp_path / "plan.json", [("acme", "up", 200, 2), ("acme", "up", 300, 2)])
     assert await _apply(str(plan)) == 1
     assert "topics[1]: plans online/acme/up again (topics[0])" in capsys.readouterr().err
+
+
+async def test_the_plan_reviewed_is_stored_for_the_console(
+    live: Client, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plan = _plan(tmp_path / "plan.json", PLANNED)
+    async with live:
+        assert await _apply(str(plan), "--dry-run") == 0
+        shown = await live.latest_plan()
+    assert shown["source"] == "dry-run" and shown["topics"] == len(PLANNED)
+    counts = shown["diff"]["counts"]
+    assert counts == {"raise": 1, "lower": 1, "needs-force": 1, "unchanged": 1, "unknown": 1}
+    assert "not stored" not in capsys.readouterr().err

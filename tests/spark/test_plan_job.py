@@ -12,7 +12,9 @@ import pytest
 from pyspark.sql import SparkSession
 
 from capacity import split_quota
+from emq.core import schema
 from emq.core.interfaces import HistoryRow
+from emq.core.plan_schema import PlanIn
 from tests.spark.conftest import DAY, MONDAY, plan, rows_for, write_history
 
 WEEK = 7 * DAY // 60  # one week of 1-minute intervals
@@ -134,6 +136,23 @@ def test_plan_json_has_what_apply_needs(known: dict[str, Any]) -> None:
     assert document["format"] == 1
     for t in document["topics"]:
         assert {"namespace", "tenant", "topic", "qps", "groups"} <= set(t)
+
+
+def test_plan_json_carries_the_report_series_thinned_and_the_api_takes_it(
+    known: dict[str, Any],
+) -> None:
+    document = json.loads(Path(known["summary"]["plan"]).read_text())
+    fleet = document["series"]["fleet"]
+    # a week of minutes folded to at most 500 points, each the peak of its run
+    assert 0 < len(fleet["t"]) <= 500
+    assert len(fleet["offered_rps"]) == len(fleet["t"]) == len(fleet["replayed_backlog"])
+    assert max(fleet["offered_rps"]) == pytest.approx(document["fleet"]["peak_offered_rps"])
+    charted = document["series"]["topics"]
+    assert len(charted) == 3  # --top 3
+    assert all(len(s["rate"]) == len(s["t"]) == len(s["quota"]) for s in charted)
+    # the plan as the API validates it (POST /v1/plans): nothing refused, the series kept
+    kept = schema.validate(PlanIn, document)
+    assert kept.series is not None and len(kept.series.topics) == 3
 
 
 def test_rows_of_several_sources_are_folded(spark: SparkSession, tmp_path: Path) -> None:

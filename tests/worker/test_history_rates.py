@@ -42,3 +42,65 @@ async def test_only_moving_topics_are_published_and_a_stop_once_as_zero() -> Non
     await second(0)
     assert len(store.published) == count  # both idle: nothing was published
     assert await store.rate("online/acme/busy") == 0.0
+
+
+async def test_delivery_latency_is_published_as_what_each_second_added() -> None:
+    ref = TopicRef(Namespace.ONLINE, "acme", "busy")
+    busy = TopicState(Topic(ref, 100))
+    topics = {ref: busy}
+    store = MemoryHistoryStore()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+    recorder.latency_every_s = 0  # every second, as the rates
+
+    async def second(latencies_s: list[float]) -> None:
+        for s in latencies_s:
+            busy.stats.delivered += 1
+            busy.delivered_after(s)
+        recorder.sync_metrics(topics)
+        await recorder._publish_rates()
+
+    await second([0.05] * 99 + [3.0])
+    await second([])  # nothing new: nothing added twice
+    await second([0.05] * 100)
+    window = (await store.latency_window([str(ref)]))[str(ref)]
+    assert sum(window) == 200
+
+
+async def test_a_topic_taken_again_adds_its_new_counts() -> None:
+    ref = TopicRef(Namespace.ONLINE, "acme", "busy")
+    store = MemoryHistoryStore()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+    first = TopicState(Topic(ref, 100))
+    for _ in range(5):
+        first.delivered_after(0.05)
+    recorder.latency_every_s = 0
+    recorder._delivering.add(first)
+    await recorder._publish_latency()
+    again = TopicState(Topic(ref, 100))  # released and taken back: its counts start over
+    again.delivered_after(0.05)
+    recorder._delivering.add(again)
+    await recorder._publish_latency()
+    assert sum((await store.latency_window([str(ref)]))[str(ref)]) == 6
+
+
+async def test_latency_is_published_every_few_seconds_with_what_they_added() -> None:
+    ref = TopicRef(Namespace.ONLINE, "acme", "busy")
+    busy = TopicState(Topic(ref, 100))
+    topics = {ref: busy}
+    store = MemoryHistoryStore()
+    recorder = HistoryRecorder("w1", 10, store, WorkerMetrics())
+    recorder.latency_every_s = 3600  # one publication now, the next one much later
+
+    async def second() -> int:
+        busy.stats.delivered += 10
+        for _ in range(10):
+            busy.delivered_after(0.05)
+        recorder.sync_metrics(topics)
+        await recorder._publish_rates()
+        window = await store.latency_window([str(ref)])
+        return sum(window.get(str(ref), []))
+
+    assert await second() == 10  # the first one goes at once
+    assert await second() == 10  # then nothing until latency_every_s has passed
+    recorder._next_latency = 0.0  # ... as if it had
+    assert await second() == 30  # the held deliveries went with it: none lost

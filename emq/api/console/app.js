@@ -123,7 +123,9 @@ function signOut(message) {
 
 // ------------------------------------------------------------------ views and polling
 
-const VIEWS = { topics: pollTopics, fleet: pollFleet, job: pollJob, tenants: loadTenants };
+const VIEWS = { topics: pollTopics, fleet: pollFleet, job: pollJob, tenants: loadTenants,
+  plan: loadPlan };
+const ONCE = new Set(["tenants", "plan"]); // loaded when shown (and on request), not polled
 
 function showView(name) {
   state.view = name;
@@ -136,7 +138,7 @@ function showView(name) {
     b.classList.toggle("active", b.dataset.view === name);
   }
   const load = VIEWS[name];
-  if (name === "tenants") load().catch(fail);
+  if (ONCE.has(name)) load().catch(fail);
   else if (load) poll(load, state.generation);
 }
 
@@ -219,7 +221,9 @@ function fillTopicRow(row, t) {
   cell("backlog").title = Object.entries(t.backlog || {}).map(([k, v]) => `${k}: ${v}`).join(", ");
   cell("delayed").textContent = t.delayed;
   // p99 enqueue->delivery latency: shown when the API reports it for the topic.
-  cell("p99").textContent = t.p99_ms === undefined || t.p99_ms === null ? "—" : `${fmt(t.p99_ms, 0)} ms`;
+  cell("p99").textContent = latency(t.p99_ms);
+  cell("p99").title = t.p50_ms === undefined || t.p50_ms === null ? "no delivery in the last minute"
+    : `p50 ${latency(t.p50_ms)}, p99 ${latency(t.p99_ms)} over the last ${t.latency_window_s} s (enqueue to delivery)`;
   fillEndpoints(cell("endpoints"), t);
   cell("state").textContent = t.paused ? "paused" : "no";
   cell("state").classList.toggle("is-paused", t.paused);
@@ -257,6 +261,10 @@ async function enableEndpoint(t, endpoint) {
     fail(e);
   }
 }
+
+// Milliseconds below a second, seconds above (a backlog draining at the quota waits long).
+const latency = (ms) => (ms === undefined || ms === null ? "—"
+  : ms < 1000 ? `${fmt(ms, 0)} ms` : `${fmt(ms / 1000, 1)} s`);
 
 async function patchTopic(t, change, done) {
   try {
@@ -331,6 +339,168 @@ async function pollFleet() {
   $("#orphans").textContent = f.orphans.length
     ? f.orphans.map((o) => `${o.group} (last ${o.worker || "unowned"})`).join(", ") : "none";
 }
+
+// ------------------------------------------------------------------ the latest capacity plan (admin)
+
+// SVG's namespace, as the HTML parser gives it to an <svg> element.
+const SVG = (() => {
+  const holder = document.createElement("div");
+  holder.innerHTML = "<svg></svg>";
+  return holder.firstChild.namespaceURI;
+})();
+const COLORS = { offered: "#2563eb", served: "#16a34a", capacity: "#111", spare: "#999",
+  backlog: "#dc2626", quota: "#7c7c7c", proposed: "#c2410c" };
+
+function svg(tag, attrs = {}, ...children) {
+  const node = document.createElementNS(SVG, tag);
+  for (const [k, v] of Object.entries(attrs)) node.setAttribute(k, v);
+  for (const c of children) node.append(c instanceof Node ? c : String(c));
+  return node;
+}
+
+const big = (n, digits = 1) => (n === null || n === undefined ? "—"
+  : Math.abs(n) >= 1000 ? Math.round(n).toLocaleString("en") : Number(n).toFixed(digits));
+const seconds = (s) => (s === null || s === undefined || s <= 0 ? "—"
+  : s < 60 ? `${Math.round(s)} s` : s < 3600 ? `${Math.round(s / 60)} min` : `${(s / 3600).toFixed(1)} h`);
+const day = (epoch) => new Date(epoch * 1000).toISOString().slice(0, 16).replace("T", " ");
+
+// A line chart over time: lines [{key, values, fill?}], levels [{key, value, dash?}].
+function timeChart(t, lines, levels, { width = 900, height = 200 } = {}) {
+  const pad = { left: 56, right: 10, top: 8, bottom: 22 };
+  const n = Math.min(t.length, ...lines.map((l) => l.values.length));
+  const top = Math.max(1, ...levels.map((l) => l.value),
+    ...lines.flatMap((l) => l.values.slice(0, n))) * 1.08;
+  const t0 = t[0] ?? 0, t1 = t[n - 1] ?? 1;
+  const x = (v) => pad.left + ((v - t0) / Math.max(1, t1 - t0)) * (width - pad.left - pad.right);
+  const y = (v) => height - pad.bottom - (v / top) * (height - pad.top - pad.bottom);
+  const chart = svg("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "img" });
+  for (const f of [0, 0.5, 1]) {
+    chart.append(svg("line", { x1: pad.left, x2: width - pad.right, y1: y(top * f / 1.08),
+      y2: y(top * f / 1.08), stroke: "#eee" }),
+    svg("text", { x: pad.left - 6, y: y(top * f / 1.08) + 4, "text-anchor": "end" },
+      big(top * f / 1.08, top < 10 ? 1 : 0)));
+  }
+  if (n > 0) {
+    chart.append(svg("text", { x: pad.left, y: height - 6 }, `${day(t0)} UTC`),
+      svg("text", { x: width - pad.right, y: height - 6, "text-anchor": "end" }, `${day(t1)} UTC`));
+  }
+  for (const line of lines) {
+    if (n < 1) break;
+    const pts = line.values.slice(0, n).map((v, i) => `${x(t[i]).toFixed(1)},${y(v).toFixed(1)}`);
+    if (line.fill) {
+      const area = `${x(t0).toFixed(1)},${y(0)} ${pts.join(" ")} ${x(t[n - 1]).toFixed(1)},${y(0)}`;
+      chart.append(svg("polygon", { points: area, fill: COLORS[line.key], "fill-opacity": 0.25 }));
+    }
+    chart.append(svg("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[line.key],
+      "stroke-width": 1.2, class: `series-${line.key}` }));
+  }
+  for (const level of levels) {
+    chart.append(svg("line", { x1: pad.left, x2: width - pad.right, y1: y(level.value),
+      y2: y(level.value), stroke: COLORS[level.key], "stroke-width": 1.2,
+      "stroke-dasharray": level.dash || "", class: `level-${level.key}` }));
+  }
+  return chart;
+}
+
+function legend(items) {
+  return el("div", { class: "legend" }, ...items.map(([key, text]) => el("span", { class: key }, text)));
+}
+
+async function loadPlan() {
+  let p;
+  try {
+    p = await call("GET", "/v1/plans/latest");
+  } catch (e) {
+    if (!(e instanceof ApiError) || e.status !== 404) throw e;
+    $("#plan-body").hidden = true;
+    $("#plan-at").textContent = "";
+    $("#plan-source").textContent = "";
+    $("#plan-empty").hidden = false;
+    $("#plan-empty").textContent = `${e.message}. A plan is stored here when it is reviewed or ` +
+      "applied (emq plan apply [--dry-run] PLAN.json).";
+    return;
+  }
+  $("#plan-empty").hidden = true;
+  $("#plan-body").hidden = false;
+  $("#plan-at").textContent = `generated ${p.generated_at || "—"}`;
+  const h = p.history || {};
+  const span = h.first_s && h.end_s ? `, ${day(h.first_s)} to ${day(h.end_s)} UTC` : "";
+  $("#plan-source").textContent = `${p.id}: stored ${when(p.stored_at)} by ` +
+    `${p.source === "publish" ? "POST /v1/plans" : p.source === "apply" ? "emq plan apply" : "emq plan apply --dry-run"}` +
+    ` · ${p.topics} planned topics from ${big(h.rows, 0)} topic-intervals (${big(h.days)} days${span})` +
+    ` · ${p.kept} plan(s) kept`;
+  renderPlanCards(p);
+  renderPlanCharts(p);
+  renderPlanDiff(p.diff);
+}
+
+function renderPlanCards(p) {
+  const f = p.fleet || {};
+  const pct = (v) => `${Math.round(100 * (v || 0))}%`;
+  const cards = [
+    ["workers", f.workers, `${f.active_workers} + ${f.spare_workers} spare at ${big(f.worker_qps, 0)}/s`],
+    ["Redis shards", f.redis_shards, `${big(f.redis_ops_per_s, 0)} ops/s`],
+    ["peak offered", `${big(f.peak_offered_rps)}/s`, `p99 ${big(f.p99_offered_rps)}/s`],
+    ["demand", `${big(f.demand_qps)}/s`, `headroom ${(p.parameters || {}).headroom ?? "—"}`],
+    ["sum of quotas", big(f.proposed_quota_sum, 0), `now ${big(f.current_quota_sum, 0)}`],
+    ["groups", big(f.proposed_groups, 0), `now ${big(f.current_groups, 0)}`],
+    ["peak utilisation", pct(f.peak_utilisation), `mean ${pct(f.mean_utilisation)}`],
+  ];
+  $("#plan-cards").replaceChildren(...cards.map(([label, value, note]) =>
+    el("div", { class: "card", data: { card: label } }, el("div", { class: "label" }, label),
+      el("div", { class: "value" }, value ?? "—"), el("div", { class: "note" }, note))));
+}
+
+function renderPlanCharts(p) {
+  const s = p.series || {};
+  const fleet = s.fleet || { t: [] };
+  const f = p.fleet || {};
+  const none = () => el("p", { class: "note" }, "This plan has no series (made by an older emq plan run).");
+  if (!fleet.t.length) {
+    $("#plan-fleet-chart").replaceChildren(none());
+    $("#plan-backlog-chart").replaceChildren();
+  } else {
+    const capacity = f.capacity_qps || 0;
+    const spare = capacity + (f.spare_workers || 0) * (f.worker_qps || 0);
+    $("#plan-fleet-chart").replaceChildren(
+      legend([["offered", "offered jobs/s"], ["served", "servable at the planned quotas"],
+        ["capacity", `${f.active_workers} workers`], ["spare", `${f.workers} workers (with spare)`]]),
+      timeChart(fleet.t, [{ key: "offered", values: fleet.offered_rps || [] },
+        { key: "served", values: fleet.served_rps || [] }],
+      [{ key: "capacity", value: capacity }, { key: "spare", value: spare, dash: "4 3" }]));
+    $("#plan-backlog-chart").replaceChildren(legend([["backlog", "queued jobs (replay)"]]),
+      timeChart(fleet.t, [{ key: "backlog", values: fleet.replayed_backlog || [], fill: true }], [],
+        { height: 140 }));
+  }
+  $("#plan-topics").replaceChildren(...(s.topics || []).map((c) => el("figure",
+    { data: { topic: `${c.namespace}/${c.tenant}/${c.topic}` } },
+    el("figcaption", {}, `${c.namespace}/${c.tenant}/${c.topic}: planned quota ${big(c.proposed_qps, 0)}/s`),
+    legend([["offered", "offered jobs/s"], ["quota", "quota then"], ["proposed", "planned quota"],
+      ["backlog", "replay backlog (jobs, own scale below)"]]),
+    timeChart(c.t, [{ key: "offered", values: c.rate || [] }, { key: "quota", values: c.quota || [] }],
+      [{ key: "proposed", value: c.proposed_qps || 0, dash: "6 3" }], { height: 150 }),
+    timeChart(c.t, [{ key: "backlog", values: c.backlog || [], fill: true }], [], { height: 80 }))));
+  if (!(s.topics || []).length) $("#plan-topics").replaceChildren(el("p", { class: "note" }, "none"));
+}
+
+function renderPlanDiff(d) {
+  const c = d.counts;
+  $("#plan-counts").textContent = `${c.raise} to raise, ${c.lower} to lower, ` +
+    `${c["needs-force"]} lower by more than half (need --force), ${c.unchanged} unchanged, ` +
+    `${c.unknown} unknown` + (d.truncated ? ` · the ${d.limit} largest changes shown` : "");
+  const note = { raise: "raise", lower: "lower", "needs-force": "needs --force",
+    unknown: "unknown topic", unchanged: "unchanged" };
+  $("#plan-diff tbody").replaceChildren(...d.changes.map((r) => el("tr",
+    { data: { topic: `${r.namespace}/${r.tenant}/${r.topic}`, action: r.action } },
+    el("td", {}, `${r.namespace}/${r.tenant}/${r.topic}`),
+    el("td", { class: "num" }, r.current_qps ?? "—"), el("td", { class: "num" }, r.current_groups ?? "—"),
+    el("td", { class: "num planned" }, r.qps), el("td", { class: "num" }, r.groups),
+    el("td", { class: "num" }, r.change_pct === null ? "—" : `${r.change_pct > 0 ? "+" : ""}${r.change_pct}%`),
+    el("td", { class: `action action-${r.action}` }, note[r.action] || r.action),
+    el("td", { class: "num" }, big(r.p99_rps)), el("td", { class: "num" }, seconds(r.max_wait_s)))));
+}
+
+$("#plan-refresh").addEventListener("click", () => loadPlan().then(() => showError("")).catch(fail));
 
 // ------------------------------------------------------------------ a job's status
 
