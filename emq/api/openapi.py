@@ -206,6 +206,7 @@ ROUTES = (
         query=schema.NamespaceQuery,
     ),
     Route(
+        "post",
         _TOPIC + "/endpoints/enable",
         "Re-enable an endpoint workers disabled after repeated failures (* for all); its held "
         "jobs go again",
