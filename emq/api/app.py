@@ -481,6 +481,7 @@ def make_app(
     history: HistoryStore | None = None,
     fleet: FleetView | None = None,
     jobs: JobStore | None = None,
+    *,
     replays: ReplayStore | None = None,
     endpoints: EndpointBoard | None = None,
     plan_store: PlanStore | None = None,

@@ -37,7 +37,7 @@ async def client(settings: Settings) -> AsyncIterator[TestClient[Any, Any]]:
     queues = await open_queues(settings)
     config = await open_config(settings)
     plans = open_plans(settings)
-    app = make_app(settings, ApiSettings(plans_kept=2), config, queues, None, None, None, plans)
+    app = make_app(settings, ApiSettings(plans_kept=2), config, queues, plan_store=plans)
     client = TestClient(TestServer(app))
     await client.start_server()
     yield client
