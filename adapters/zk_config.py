@@ -13,7 +13,8 @@ its version node, so "something changed" needs one watch per namespace, never on
 and then given up as :class:`~emq.core.errors.ConfigConflict`.
 
 **Mirrors (the cache)**: one per namespace for topics and one for tenants, made on first use
-(:mod:`adapters.zk_mirror`).
+(:mod:`adapters.zk_mirror`); the loads, the mirrors and their watches are the store's read side,
+:class:`adapters.zk_reads.ConfigReads`.
 
 **Staleness.** A change made by another process reaches the mirror after one watch notification,
 the coalescing pause and one refresh: about 60 ms for a single change while the session is
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
 import random
 from collections.abc import (
@@ -47,8 +47,7 @@ from collections.abc import (
     Mapping,
     Sequence,
 )
-from functools import partial
-from typing import Any, TypeVar
+from typing import Any
 
 from kazoo.client import KazooClient  # type: ignore[import-untyped]
 from kazoo.exceptions import (  # type: ignore[import-untyped]
@@ -57,23 +56,18 @@ from kazoo.exceptions import (  # type: ignore[import-untyped]
     NoNodeError,
 )
 from kazoo.protocol.states import KeeperState  # type: ignore[import-untyped]
-from kazoo.recipe.watchers import DataWatch  # type: ignore[import-untyped]
 
 from adapters import zk
 from adapters.zk_codec import (
     check_same_ref,
-    decode_all,
     decode_one,
     decode_tenant,
     decode_topic,
     encode_tenant,
     encode_topic,
-    existing,
     sort_key,
-    tenant_of,
-    topic_of,
 )
-from adapters.zk_mirror import Mirror
+from adapters.zk_reads import ConfigReads
 from emq.core.errors import (
     AlreadyExists,
     BackendUnavailable,
@@ -86,11 +80,6 @@ from emq.core.model import Namespace, Tenant, Topic, TopicRef
 from emq.core.naming import ZkPaths
 
 log = logging.getLogger(__name__)
-
-K = TypeVar("K")
-V = TypeVar("V")
-
-_ON_LOOP_MAX = 64  # reads sent and decoded on the event loop; larger batches go to a thread
 
 
 # --------------------------------------------------------------------------- the store
@@ -119,15 +108,20 @@ class ZkConfigStore(ConfigStore):
         self._connect_timeout_s = connect_timeout_s
         self._request_timeout_s = request_timeout_s
         self._cas_attempts = cas_attempts
-        self._coalesce_s = coalesce_s
-        self._retry_s = retry_s
         self._owns_client = False
         self._started = False
         self._closed = False
         self._start_lock = asyncio.Lock()
         self._seq = 0  # numbers every request sent, for read-your-writes (see Mirror.note)
-        self._tenant_mirror: Mirror[str, Tenant] | None = None
-        self._topic_mirrors: dict[Namespace, Mirror[TopicRef, Topic]] = {}
+        self._reads = ConfigReads(
+            client,
+            self._paths,
+            ready=self._ready,
+            issued=lambda: self._seq,
+            request_timeout_s=request_timeout_s,
+            coalesce_s=coalesce_s,
+            retry_s=retry_s,
+        )
 
     # ----------------------------------------------------------------- lifecycle
 
@@ -151,10 +145,7 @@ class ZkConfigStore(ConfigStore):
         if self._closed:
             return
         self._closed = True
-        mirrors: list[Mirror[Any, Any]] = [*self._topic_mirrors.values()]
-        if self._tenant_mirror is not None:
-            mirrors.append(self._tenant_mirror)
-        await asyncio.gather(*(m.aclose() for m in mirrors))
+        await self._reads.aclose()
         async with self._start_lock:  # a start in progress finishes before we stop the client
             if self._owns_client:
                 await zk.stop(self._client)
@@ -204,7 +195,7 @@ class ZkConfigStore(ConfigStore):
                 raise AlreadyExists(f"tenant {tenant.name!r} exists already") from error
             raise zk.unavailable(error, f"creating tenant {tenant.name}") from error
         log.info("created tenant %s", tenant.name)
-        self._tenants_mirror().note(tenant.name, tenant, seq)
+        self._reads.tenants().note(tenant.name, tenant, seq)
 
     async def update_tenant(self, name: str, change: Callable[[Tenant], Tenant]) -> Tenant:
         """Compare-and-set ``change`` on the stored tenant; ``ConfigConflict`` if races persist."""
@@ -235,7 +226,7 @@ class ZkConfigStore(ConfigStore):
         seq = self._issue()
         failed = await self._commit(tx, f"updating tenant {tenant.name}")
         if failed is None:
-            self._tenants_mirror().note(tenant.name, tenant, seq)
+            self._reads.tenants().note(tenant.name, tenant, seq)
             return True
         if isinstance(failed[1], BadVersionError):
             return False
@@ -245,7 +236,7 @@ class ZkConfigStore(ConfigStore):
 
     async def get_tenant(self, name: str) -> Tenant:
         """One tenant, from the cache if it holds it; ``NotFound`` if there is none."""
-        mirror = self._tenants_mirror()
+        mirror = self._reads.tenants()
         cached = mirror.get(name)
         if cached is not None:
             return cached
@@ -263,7 +254,7 @@ class ZkConfigStore(ConfigStore):
     async def list_tenants(self) -> list[Tenant]:
         """Every tenant, sorted by name, read from ZooKeeper (not the cache)."""
         await self._ready()
-        tenants = await self._load_tenants()
+        tenants = await self._reads.load_tenants()
         return [tenants[name] for name in sorted(tenants)]
 
     # ----------------------------------------------------------------- topics
@@ -297,7 +288,7 @@ class ZkConfigStore(ConfigStore):
 
     async def get_topic(self, ref: TopicRef) -> Topic:
         """One topic, from the cache if it holds it; ``NotFound`` if it does not exist."""
-        mirror = self._topics_mirror(ref.namespace)
+        mirror = self._reads.topics(ref.namespace)
         cached = mirror.get(ref)
         if cached is not None:
             return cached
@@ -325,7 +316,7 @@ class ZkConfigStore(ConfigStore):
     async def list_topics(self, namespace: Namespace, tenant: str | None = None) -> list[Topic]:
         """The namespace's topics (one tenant's if given), sorted, read from ZooKeeper."""
         await self._ready()
-        topics = await self._load_topics(namespace, tenant)
+        topics = await self._reads.load_topics(namespace, tenant)
         return [topics[ref] for ref in sorted(topics, key=sort_key)]
 
     async def watch_topics(self, namespace: Namespace) -> AsyncIterator[Mapping[TopicRef, Topic]]:
@@ -337,7 +328,7 @@ class ZkConfigStore(ConfigStore):
         """
         if self._closed:
             raise BackendUnavailable("the ZooKeeper config store is closed")
-        async with contextlib.aclosing(self._topics_mirror(namespace).snapshots()) as snapshots:
+        async with contextlib.aclosing(self._reads.topics(namespace).snapshots()) as snapshots:
             async for snapshot in snapshots:
                 yield snapshot
 
@@ -370,111 +361,7 @@ class ZkConfigStore(ConfigStore):
     def _note_topic(self, topic: Topic, seq: int) -> None:
         # A process that writes config serves it too (the API): what it wrote is cached at once,
         # so it keeps answering from the cache if ZooKeeper goes away.
-        self._topics_mirror(topic.ref.namespace).note(topic.ref, topic, seq)
-
-    # ----------------------------------------------------------------- loads
-
-    async def _load_tenants(self) -> dict[str, Tenant]:
-        names = await self._children(self._paths.tenants())
-        return existing(await self._fetch_tenants(names))
-
-    async def _fetch_tenants(self, names: list[str]) -> dict[str, Tenant | None]:
-        return await self._fetch("reading tenants", names, self._paths.tenant, decode_tenant)
-
-    async def _load_topics(self, ns: Namespace, tenant: str | None = None) -> dict[TopicRef, Topic]:
-        """Every topic of ``ns`` in three pipelined phases: tenants, their topics, the data."""
-        tenants = [tenant] if tenant is not None else await self._children(self._paths.topics(ns))
-        dirs = [self._paths.tenant_topics(ns, t) for t in tenants]
-        listings = await self._settle(
-            f"listing topics of {ns}", [self._client.get_children_async(d) for d in dirs]
-        )
-        refs: list[TopicRef] = []
-        for t, outcome in zip(tenants, listings, strict=True):
-            if not isinstance(outcome, NoNodeError):
-                refs += [TopicRef(ns, t, n) for n in zk.check(outcome, f"listing topics of {t}")]
-        return existing(await self._fetch_topics(refs))
-
-    async def _fetch_topics(self, refs: list[TopicRef]) -> dict[TopicRef, Topic | None]:
-        return await self._fetch("reading topics", refs, self._paths.topic, decode_topic)
-
-    async def _fetch(
-        self,
-        what: str,
-        keys: list[K],
-        path_of: Callable[[K], str],
-        decode: Callable[[K, bytes], V],
-    ) -> dict[K, V | None]:
-        """Read many nodes at once (all in flight together); None for a missing one."""
-        paths = [path_of(k) for k in keys]
-        get = self._client.get_async
-        if len(paths) <= _ON_LOOP_MAX:
-            outcomes = await self._settle(what, [get(p) for p in paths])
-            return decode_all(what, keys, paths, outcomes, decode)
-        # kazoo sends some 10 k requests/s and decoding costs too: a full reload of a large
-        # namespace would stall the loop (the API's hot path) for seconds if done here.
-        pending = await asyncio.to_thread(lambda: [get(p) for p in paths])
-        outcomes = await self._settle(what, pending)
-        return await asyncio.to_thread(decode_all, what, keys, paths, outcomes, decode)
-
-    async def _children(self, path: str) -> list[str]:
-        try:
-            children = await self._one(f"listing {path}", self._client.get_children_async(path))
-        except NoNodeError:
-            return []
-        return list(children)
-
-    # ----------------------------------------------------------------- mirrors
-
-    def _tenants_mirror(self) -> Mirror[str, Tenant]:
-        if self._closed:
-            raise BackendUnavailable("the ZooKeeper config store is closed")
-        if self._tenant_mirror is None:
-            self._tenant_mirror = Mirror(
-                "tenants",
-                arm=partial(self._arm_watch, self._paths.tenants_version()),
-                load_all=self._load_tenants,
-                load_some=self._fetch_tenants,
-                key_of=tenant_of,
-                **self._mirror_options(),
-            )
-        return self._tenant_mirror
-
-    def _topics_mirror(self, ns: Namespace) -> Mirror[TopicRef, Topic]:
-        if self._closed:
-            raise BackendUnavailable("the ZooKeeper config store is closed")
-        mirror = self._topic_mirrors.get(ns)
-        if mirror is None:
-            mirror = self._topic_mirrors[ns] = Mirror(
-                f"topics/{ns.value}",
-                arm=partial(self._arm_watch, self._paths.config_version(ns)),
-                load_all=partial(self._load_topics, ns),
-                load_some=self._fetch_topics,
-                key_of=partial(topic_of, ns),
-                **self._mirror_options(),
-            )
-        return mirror
-
-    def _mirror_options(self) -> dict[str, Any]:
-        return {
-            "issued": lambda: self._seq,
-            "coalesce_s": self._coalesce_s,
-            "retry_s": self._retry_s,
-        }
-
-    async def _arm_watch(self, path: str, callback: Callable[..., bool | None]) -> None:
-        """Set a DataWatch on ``path``, retrying while ZooKeeper cannot be reached."""
-        for attempt in itertools.count():
-            try:
-                await self._ready()
-                # DataWatch reads the node (and calls back once) in its constructor: off the loop.
-                await asyncio.to_thread(DataWatch, self._client, path, callback)
-                return
-            except Exception as e:  # kazoo's own errors included: a watch must come back
-                level = logging.DEBUG if attempt else logging.WARNING  # once per outage
-                log.log(level, "cannot watch %s yet, retrying: %s", path, e)
-            await asyncio.sleep(min(2.0, self._retry_s * 2**attempt))
-
-    # ----------------------------------------------------------------- requests
+        self._reads.topics(topic.ref.namespace).note(topic.ref, topic, seq)
 
     def _issue(self) -> int:
         """Number the request about to be sent (call it right before sending, with no await)."""

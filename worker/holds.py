@@ -60,7 +60,7 @@ class Holds:
         return contested, list(checkpoints)
 
     async def release(self, groups: Sequence[GroupState]) -> None:
-        """We stopped touching ``groups``: their next owner need not wait (see Worker._claim)."""
+        """We stopped touching ``groups``: their next owner need not wait (see Ownership.claim)."""
         await self.let_go([g.ref for g in groups if not g.dropped])
 
     async def let_go(self, refs: list[GroupRef]) -> None:

@@ -1,10 +1,7 @@
-"""The worker process: ownership, the task set and its lifecycle.
+"""The worker process: the task set, its lifecycle, and the push path.
 
-A group's ownership on this worker is one state (:class:`worker.groups.Lifecycle`; its
-transitions are in :mod:`worker.groups`): CLAIMING, CONTESTED_WAIT (its former holder never
-released it: it may still push, so wait CONTESTED_WAIT_S), OWNED, RELEASING (re-assigned: no
-more fetching, final writes), RELEASED, or DROPPED (a fenced write, or a hold check finds it
-claimed by another worker: buffers forgotten, nothing written). A fenced claim is skipped.
+Which groups it works, and each group's ownership state (CLAIMING, CONTESTED_WAIT, OWNED,
+RELEASING, RELEASED, DROPPED), is :class:`worker.ownership.Ownership`'s.
 
 A claim makes this process the group's holder in the store; a release removes it. Every
 HOLD_CHECK_S the worker checks its holds in one round trip and tells the assignment source the
@@ -28,10 +25,9 @@ import time
 from collections.abc import Coroutine, Mapping
 from typing import Any
 
-from capacity import split_quota
 from emq.core.demand import DemandBoard
 from emq.core.endpoints import EndpointBoard
-from emq.core.errors import BackendUnavailable, DeliveryError, Fenced
+from emq.core.errors import BackendUnavailable, DeliveryError
 from emq.core.interfaces import (
     AssignmentSource,
     ConfigStore,
@@ -43,7 +39,7 @@ from emq.core.interfaces import (
     PushResult,
 )
 from emq.core.jobs import JobStore
-from emq.core.model import GroupRef, Namespace, Topic, TopicRef
+from emq.core.model import Namespace, Topic, TopicRef
 from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
@@ -51,11 +47,12 @@ from worker.endpoints import follow
 from worker.fetch import Fetcher
 from worker.groups import Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
-from worker.holds import CONTESTED_WAIT_S, Holds
+from worker.holds import Holds
 from worker.joblog import JobLog
 from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
+from worker.ownership import Ownership
 from worker.senders import SenderPool
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
@@ -68,7 +65,6 @@ log = logging.getLogger(__name__)
 LATE_S = 0.005
 MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
-CLAIM_CONCURRENCY = 64
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
 
 
@@ -136,11 +132,16 @@ class Worker:
         self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
-        self.owned_generation = -1
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
         self.tenant_quota = TenantQuota(
             worker_id, namespace, config, self.topics, self._requota, board=demand,
             outage=self.outage,
+        )  # fmt: skip
+        self.ownership = Ownership(
+            worker_id, settings, topics=self.topics, groups=self.groups, assignment=assignment,
+            holds=self.holds, fetcher=self.fetcher, committer=self.committer,
+            outcomes=self.outcomes, tenant_quota=self.tenant_quota, metrics=self.metrics,
+            outage=self.outage, max_group_qps=max_group_qps,
         )  # fmt: skip
 
     # ------------------------------------------------------------------ lifecycle
@@ -150,7 +151,7 @@ class Worker:
         log.info("worker %s starting (namespace %s)", self.id, self.namespace.value)
         self.metrics.send_limit.set(self._sends.limit)
         self._start("topics", self._watch_topics())
-        self._start("assignment", self._follow_assignment())
+        self._start("assignment", self.ownership.follow(self._topics_ready))
         self._start("holds", self.holds.check_loop())
         self._start("fetch", self.fetcher.run())
         self._start("signals", self.fetcher.listen())
@@ -279,127 +280,20 @@ class Worker:
                 for g in state.groups.values():
                     self.dispatcher.wake(g, now)
 
-    def _cap(self, topic: Topic) -> int:
-        return max(self.max_group_qps, -(-topic.qps // topic.groups))
+    # ------------------------------------------------------------------ ownership (see Ownership)
 
-    # ------------------------------------------------------------------ ownership
-
-    async def _follow_assignment(self) -> None:
-        await self._topics_ready.wait()
-        async for owned in self.assignment.updates():
-            await self.apply_assignment(owned)
+    @property
+    def owned_generation(self) -> int:
+        return self.ownership.generation
 
     async def apply_assignment(self, owned: OwnedGroups) -> None:
-        wanted = dict(owned.groups)
-        current = {g.ref: g for g in self.groups.values()}
-        for ref, g in current.items():
-            if wanted.get(ref) != g.epoch:
-                await self._release(g)
-        limit = asyncio.Semaphore(CLAIM_CONCURRENCY)
-        new = [
-            (ref, e) for ref, e in wanted.items() if ref not in current or current[ref].epoch != e
-        ]
-        await asyncio.gather(*(self._claim(ref, epoch, limit) for ref, epoch in new))
-        self.owned_generation = owned.generation
-        self.metrics.groups.set(len(self.groups))
-        log.info(
-            "worker %s owns %d groups (generation %d)", self.id, len(self.groups), owned.generation
-        )
-
-    async def _claim(self, ref: GroupRef, epoch: int, limit: asyncio.Semaphore) -> None:
-        topic = self.topics.get(ref.topic)
-        if topic is None:
-            log.warning("assigned %s of an unknown topic; skipped until the topic is known", ref)
-            return
-        async with limit:
-            try:
-                # Redis unreachable: retried until it answers or the group is assigned away
-                # (a claim that dies would end the assignment task, and with it the worker).
-                # One name for every group's claim: an outage logs one warning, not thousands.
-                claimed = await self.outage.retry(
-                    "group claims",
-                    lambda: self.holds.claim(ref, epoch),
-                    give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
-                )
-            except Fenced as e:
-                log.warning("not claiming %s: %s", ref, e)
-                return
-        if claimed is None:
-            log.info("not claiming %s: no longer assigned to this worker", ref)
-            return
-        contested, checkpoints = claimed
-        group = GroupState(  # CLAIMING
-            ref, epoch, topic, self._quota(topic, ref), checkpoints, self.fetcher.budget
-        )
-        if contested:
-            # Its former holder never let go (killed, or cut off): it may push on the store's
-            # last word for HOLD_VALID_S; every check it sends from now on finds the group taken.
-            group.contest()
-            log.info("claimed %s from a holder that did not release it: starting in %.1f s",
-                     ref, CONTESTED_WAIT_S)  # fmt: skip
-            await asyncio.sleep(CONTESTED_WAIT_S)
-            group.reconfigure(self._quota(topic, ref))  # the topic may have changed meanwhile
-        if any(c is not None for c in checkpoints):
-            # Worked before, maybe by another worker until just now: its sends of the last
-            # second are in every receiver's window, and this counter never saw them (see
-            # capacity.rate, Handover). A group new to everyone starts at once.
-            group.counter.quiet(time.time())
-        group.own()
-        topic.groups[ref.index] = group
-        self.groups[str(ref)] = group
-        self.fetcher.signal(group)
-        self.committer.trim_later(group)
-
-    def _quota(self, topic: TopicState, ref: GroupRef) -> int:
-        qps = self.tenant_quota.qps(topic)  # the topic's quota, or its share of its tenant's cap
-        quota = split_quota(qps, self._cap(topic.topic), groups=topic.topic.groups)
-        return quota[ref.index] if ref.index < len(quota) else 1
+        await self.ownership.apply(owned)
 
     def _requota(self, topic: TopicState) -> None:
-        """Apply the topic's quota (or tenant share) and burst to its groups at once."""
-        for g in topic.groups.values():
-            g.reconfigure(self._quota(topic, g.ref))
-
-    async def _release(self, group: GroupState) -> None:
-        """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
-        if group.dropped:  # fenced while an earlier release was awaited: nothing to write
-            await self.assignment.release(group.ref, group.epoch)
-            return
-        group.release()
-        group.drop_buffers()
-        deadline = time.monotonic() + self.settings.shutdown_grace_s
-        while group.in_flight and time.monotonic() < deadline:
-            await asyncio.sleep(0.02)
-        await self.outcomes.flush()
-        try:
-            await self.committer.write_checkpoints([group])
-            await self.trim(group)
-        except BackendUnavailable as e:
-            log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
-        if not group.dropped:  # (fenced meanwhile: DROPPED, its hold is another's now)
-            group.released()  # before the await: a hold check meanwhile must not drop it
-            await self.holds.let_go([group.ref])
-        self._forget(group)
-        await self.assignment.release(group.ref, group.epoch)
-        log.info("released %s (epoch %d)", group.ref, group.epoch)
-
-    def _forget(self, group: GroupState) -> None:
-        """Unregister a RELEASED or DROPPED group."""
-        group.drop_buffers()
-        if group.topic.rates is not None:
-            group.topic.rates.forget(group)  # its parked jobs (fetched again by its next owner)
-        if self.groups.get(str(group.ref)) is group:
-            del self.groups[str(group.ref)]
-        if group.topic.groups.get(group.ref.index) is group:
-            del group.topic.groups[group.ref.index]
+        self.ownership.requota(topic)  # (the tenant quota calls it: built before the ownership)
 
     def _drop(self, group: GroupState, reason: str) -> None:
-        """A newer owner fenced us: stop touching the group at once and write nothing more."""
-        if not group.dropped:
-            log.warning("dropping %s: %s", group.ref, reason)
-            group.drop()
-            self._forget(group)
-            self._dirty.discard(group)
+        self.ownership.drop(group, reason)  # (fenced writes: built before the ownership)
 
     # ------------------------------------------------------------------ the hot path
 

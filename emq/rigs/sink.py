@@ -40,27 +40,32 @@ Off by default: the dispatch benchmarks measure the sender, and the log costs th
 
 Chunked request bodies are not supported (neither the worker nor the benchmark client sends
 one): a request without ``Content-Length`` has no body.
+
+This module is the HTTP side (parsing, the path-steered answers, the process); what is counted
+and logged is :mod:`emq.rigs.sink_stats`; the in-loop :class:`Sink` with its behaviours and
+recorded deliveries is :mod:`emq.rigs.sink_recorder` (both re-exported here).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import http
 import json
-import random
 import signal
 import socket
 import time
-from collections import Counter, defaultdict, deque
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Mapping
 from typing import Any
 
 import uvloop
 
+from emq.rigs.sink_recorder import Behaviour, Delivery, Sink
+from emq.rigs.sink_stats import Stats
+from emq.rigs.sink_stats import find_header as _header
 from worker.main import raise_fd_limit
+
+__all__ = ["Behaviour", "Delivery", "Sink", "SinkProtocol", "Stats", "main", "serve"]
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 _TOO_MANY = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
@@ -74,65 +79,6 @@ _FAILED = {
 _STATUSES = {s.value for s in http.HTTPStatus}
 _HEAD_END = b"\r\n\r\n"
 _MAX_HEAD = 64 * 1024
-
-
-class Stats:
-    """What the sink saw since the last reset."""
-
-    def __init__(self, record: bool = False, latency_header: str = "X-Bench-Sent") -> None:
-        self.record = record
-        self.latency_header = b"\r\n" + latency_header.lower().encode() + b":"
-        self.reset()
-
-    def reset(self) -> None:
-        self.started = time.time()
-        self.per_second: defaultdict[str, defaultdict[int, int]] = defaultdict(
-            lambda: defaultdict(int)
-        )
-        self.latencies: defaultdict[str, list[float]] = defaultdict(list)
-        self.requests = 0
-        self.first_at = 0.0  # arrival of the first and the last counted request
-        self.last_at = 0.0
-        self.hung = 0
-        self.slow = 0  # slow requests answered
-        self.other = 0
-        self.log: list[tuple[float, str, str, int, str]] = []
-        self.attempts: defaultdict[bytes, int] = defaultdict(int)  # /fail/, /busy/: per id
-        self.windows: defaultdict[str, deque[float]] = defaultdict(deque)  # /limit/: 200s
-        self.throttled: defaultdict[str, int] = defaultdict(int)  # /limit/: 429s per topic
-
-    def note(self, head: bytes, now: float, topic_path: bytes, status: int) -> None:
-        """Append a delivery log row (when recording) for a request to ``topic_path``."""
-        if not self.record:
-            return
-        topic, _, query = topic_path.partition(b"?")
-        webhook_id = _header(head, b"\r\nwebhook-id:") or b""
-        self.log.append((now, topic.decode(), webhook_id.decode(), status, query.decode()))
-
-    def log_from(self, start: int) -> dict[str, Any]:
-        rows = self.log[start:]
-        return {"next": start + len(rows), "log": rows}
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "since": self.started,
-            "now": time.time(),
-            "requests": self.requests,
-            "first_at": self.first_at,
-            "last_at": self.last_at,
-            "hung": self.hung,
-            "throttled": dict(self.throttled),
-            "slow": self.slow,
-            "other": self.other,
-            "per_second": {
-                topic: {str(s): n for s, n in seconds.items()}
-                for topic, seconds in self.per_second.items()
-            },
-            "latency_ms": {
-                topic: [round(v * 1000, 3) for v in values]
-                for topic, values in self.latencies.items()
-            },
-        }
 
 
 class SinkProtocol(asyncio.Protocol):
@@ -327,224 +273,9 @@ class SinkProtocol(asyncio.Protocol):
         self._write("\r\n".join(lines).encode("latin-1") + body)
 
 
-def _header(head: bytes, name: bytes) -> bytes | None:
-    """The value of header ``name`` (given lower-case as ``b"\\r\\nname:"``), or None."""
-    at = head.lower().find(name)
-    if at < 0:
-        return None
-    start = at + len(name)
-    end = head.find(b"\r\n", start)
-    return (head[start:] if end < 0 else head[start:end]).strip()
-
-
 def _content_length(head: bytes) -> int:
     value = _header(head, b"\r\ncontent-length:")
     return int(value) if value else 0
-
-
-# ------------------------------------------------------------------ on the caller's loop
-
-
-@dataclass
-class Behaviour:
-    """How a :class:`Sink` answers one topic: in this order, hang until released (or the client
-    gives up), wait ``delay_s`` (plus up to ``jitter_s``: requests overtake each other), answer
-    ``500`` to the first ``fail_first`` requests, else ``status`` (with ``Retry-After``, other
-    ``headers`` and ``body``)."""
-
-    status: int = 200
-    retry_after: str | None = None
-    delay_s: float = 0.0
-    hang: bool = False
-    fail_first: int = 0
-    jitter_s: float = 0.0
-    headers: dict[str, str] = field(default_factory=dict)
-    body: bytes = b""
-
-
-@dataclass
-class Delivery:
-    """A request a :class:`Sink` answered 2xx: its topic, ``webhook-id``, when, what."""
-
-    topic: str
-    job_id: str
-    at: float
-    headers: dict[str, str]
-    body: bytes
-
-
-class Sink:
-    """The sink on this event loop (tests, ``emq demo``): ``/t/<topic>`` is answered as
-    ``behaviour[topic]`` says and, when 2xx, recorded in ``deliveries`` (unless
-    ``keep_deliveries`` is off) and counted in ``stats`` like the process's (per second,
-    latency). The path-steered endpoints (``/hang/``, ``/slow/``...) work here too.
-
-    ``attempts`` counts requests per ``webhook-id``; ``first_attempt_at`` is when each id was
-    first taken on (after a hang); ``hanging_now``/``max_hanging`` count held requests.
-    Subclasses may override :meth:`on_arrival` to look at each request's connection.
-    """
-
-    def __init__(
-        self,
-        *,
-        record: bool = False,
-        keep_deliveries: bool = True,
-        latency_header: str = "X-Bench-Sent",
-    ) -> None:
-        self.stats = Stats(record, latency_header)
-        self.keep_deliveries = keep_deliveries
-        self.deliveries: list[Delivery] = []
-        self.attempts: Counter[str] = Counter()
-        self.first_attempt_at: dict[str, float] = {}
-        self.behaviour: defaultdict[str, Behaviour] = defaultdict(Behaviour)
-        self.hanging_now = 0
-        self.max_hanging = 0
-        self.base = ""
-        self.port = 0
-        self._held: dict[SinkProtocol, Callable[[], None]] = {}
-
-    @contextlib.asynccontextmanager
-    async def serving(self, host: str = "127.0.0.1", port: int = 0) -> AsyncIterator[Sink]:
-        """Listen on ``host:port`` (0: a free port) until the block ends; held requests are
-        released (answered) before the server closes."""
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: SinkProtocol(self.stats, self), host, port, backlog=4096
-        )
-        self.port = server.sockets[0].getsockname()[1]
-        self.base = f"http://{host}:{self.port}"
-        try:
-            yield self
-        finally:
-            self.release_hung()
-            server.close()
-            await server.wait_closed()
-
-    def url(self, topic: str) -> str:
-        return f"{self.base}/t/{topic}"
-
-    def of(self, topic: str) -> list[Delivery]:
-        return [d for d in self.deliveries if d.topic == topic]
-
-    def per_second(self, topic: str) -> dict[int, int]:
-        """Deliveries of ``topic`` per wall-clock second (when answered)."""
-        return dict(Counter(int(d.at) for d in self.of(topic)))
-
-    async def wait_for(self, predicate: Callable[[], object], timeout_s: float) -> bool:
-        """Poll ``predicate`` until true or ``timeout_s``; its last value."""
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if predicate():
-                return True
-            await asyncio.sleep(0.05)
-        return bool(predicate())
-
-    def release_hung(self) -> None:
-        """Answer every held request as its topic's behaviour says (without the hang)."""
-        held, self._held = self._held, {}
-        for connection, go_on in held.items():
-            self.hanging_now -= 1
-            connection.resume()
-            go_on()
-
-    # ------------------------------------------------------------------ called by SinkProtocol
-
-    def on_arrival(self, connection: SinkProtocol, topic: str) -> None:
-        """Each request to ``/t/<topic>``, at arrival (before any hang or delay)."""
-
-    def arrived(
-        self, connection: SinkProtocol, topic: str, head: bytes, body: bytes, now: float
-    ) -> None:
-        headers = _headers(head)
-        job_id = _get(headers, "webhook-id")
-        self.attempts[job_id] += 1
-        self.on_arrival(connection, topic)
-        b = self.behaviour[topic]
-
-        def go_on() -> None:
-            self._take(connection, topic, job_id, headers, body, b)
-
-        if b.hang:
-            connection.hold()
-            self._held[connection] = go_on
-            self.hanging_now += 1
-            self.max_hanging = max(self.max_hanging, self.hanging_now)
-            return
-        go_on()
-
-    def gave_up(self, connection: SinkProtocol) -> None:
-        """A held request's client closed the connection."""
-        if self._held.pop(connection, None) is not None:
-            self.hanging_now -= 1
-
-    def _take(
-        self,
-        connection: SinkProtocol,
-        topic: str,
-        job_id: str,
-        headers: dict[str, str],
-        body: bytes,
-        b: Behaviour,
-    ) -> None:
-        self.first_attempt_at.setdefault(job_id, time.time())
-        delay = b.delay_s + (random.uniform(0, b.jitter_s) if b.jitter_s else 0.0)
-        if delay > 0:
-            loop = asyncio.get_running_loop()
-            loop.call_later(delay, self._answer, connection, topic, job_id, headers, body, b)
-        else:
-            self._answer(connection, topic, job_id, headers, body, b)
-
-    def _answer(
-        self,
-        connection: SinkProtocol,
-        topic: str,
-        job_id: str,
-        headers: dict[str, str],
-        body: bytes,
-        b: Behaviour,
-    ) -> None:
-        if not connection.open:
-            return  # the client gave up first: not delivered
-        if b.fail_first > 0:
-            b.fail_first -= 1
-            connection.answer(500)
-            return
-        if 200 <= b.status < 300:
-            now = time.time()
-            if self.keep_deliveries:
-                self.deliveries.append(Delivery(topic, job_id, now, headers, body))
-            self._count(topic, headers, now)
-        connection.answer(b.status, b.retry_after, b.headers, b.body)
-
-    def _count(self, topic: str, headers: dict[str, str], now: float) -> None:
-        stats = self.stats
-        if not stats.requests:
-            stats.first_at = now
-        stats.requests += 1
-        stats.last_at = now
-        stats.per_second[topic][int(now)] += 1
-        sent = _get(headers, stats.latency_header[2:-1].decode())
-        if sent:
-            stats.latencies[topic].append(now - float(sent))
-
-
-def _headers(head: bytes) -> dict[str, str]:
-    """The request's headers, names as sent (like ``dict(aiohttp_request.headers)``)."""
-    out: dict[str, str] = {}
-    for line in head.decode("latin-1").split("\r\n")[1:]:
-        name, _, value = line.partition(":")
-        if name:
-            out[name.strip()] = value.strip()
-    return out
-
-
-def _get(headers: dict[str, str], name: str) -> str:
-    """A header's value by its name in any case ("" if absent)."""
-    value = headers.get(name)
-    if value is not None:
-        return value
-    lower = name.lower()
-    return next((v for k, v in headers.items() if k.lower() == lower), "")
 
 
 async def serve(host: str, port: int, record: bool = False) -> None:

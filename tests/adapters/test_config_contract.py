@@ -428,7 +428,8 @@ async def test_a_single_change_rereads_one_node_not_the_namespace(
 ) -> None:
     full_loads: list[Namespace] = []
     fetched: list[list[TopicRef]] = []
-    load_topics, fetch_topics = zk_store._load_topics, zk_store._fetch_topics
+    reads = zk_store._reads  # the store's read side: loads, mirrors, watches
+    load_topics, fetch_topics = reads.load_topics, reads.fetch_topics
 
     async def counting_load(ns: Namespace, tenant: str | None = None) -> dict[TopicRef, Topic]:
         full_loads.append(ns)
@@ -438,8 +439,8 @@ async def test_a_single_change_rereads_one_node_not_the_namespace(
         fetched.append(refs)
         return await fetch_topics(refs)
 
-    monkeypatch.setattr(zk_store, "_load_topics", counting_load)
-    monkeypatch.setattr(zk_store, "_fetch_topics", counting_fetch)
+    monkeypatch.setattr(reads, "load_topics", counting_load)
+    monkeypatch.setattr(reads, "fetch_topics", counting_fetch)
     peer = await connect(zk_hosts, session_timeout_s=5.0)  # all writes from another process
     watch = aiter(zk_store.watch_topics(ON))
     try:

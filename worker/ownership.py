@@ -1,0 +1,199 @@
+"""The worker's group ownership: which groups this process works, and their lifecycle.
+
+A group's ownership on this worker is one state (:class:`worker.groups.Lifecycle`; its
+transitions are in :mod:`worker.groups`): CLAIMING, CONTESTED_WAIT (its former holder never
+released it: it may still push, so wait CONTESTED_WAIT_S), OWNED, RELEASING (re-assigned: no
+more fetching, final writes), RELEASED, or DROPPED (a fenced write, or a hold check finds it
+claimed by another worker: buffers forgotten, nothing written). A fenced claim is skipped.
+
+:class:`Ownership` takes each assignment (:meth:`Ownership.apply`): it releases the groups
+assigned away or to a new epoch, claims the new ones (:meth:`Ownership.claim`, at most
+CLAIM_CONCURRENCY at once), and sets each group's share of its topic's quota
+(:meth:`Ownership.quota`, :meth:`Ownership.requota`). A fenced write anywhere drops the group
+(:meth:`Ownership.drop`). It shares the worker's ``topics`` and ``groups`` maps and its parts
+(holds, fetcher, committer, outcomes, tenant quota); the push path never calls it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from capacity import split_quota
+from emq.core.errors import BackendUnavailable, Fenced
+from emq.core.interfaces import AssignmentSource, OwnedGroups
+from emq.core.model import GroupRef, Topic, TopicRef
+from worker.committer import Committer
+from worker.fetch import Fetcher
+from worker.groups import GroupState, TopicState
+from worker.holds import CONTESTED_WAIT_S, Holds
+from worker.metrics import WorkerMetrics
+from worker.outage import Outage
+from worker.outcomes import Outcomes
+from worker.settings import WorkerSettings
+from worker.tenant_quota import TenantQuota
+
+log = logging.getLogger(__name__)
+
+CLAIM_CONCURRENCY = 64
+
+
+class Ownership:
+    """Claims, releases and drops of one worker's groups (see the module docstring)."""
+
+    def __init__(
+        self,
+        worker_id: str,
+        settings: WorkerSettings,
+        *,
+        topics: dict[TopicRef, TopicState],
+        groups: dict[str, GroupState],
+        assignment: AssignmentSource,
+        holds: Holds,
+        fetcher: Fetcher,
+        committer: Committer,
+        outcomes: Outcomes,
+        tenant_quota: TenantQuota,
+        metrics: WorkerMetrics,
+        outage: Outage,
+        max_group_qps: int,
+    ) -> None:
+        self.id = worker_id
+        self.settings = settings
+        self.topics = topics
+        self.groups = groups
+        self.assignment = assignment
+        self.holds = holds
+        self.fetcher = fetcher
+        self.committer = committer
+        self.outcomes = outcomes
+        self.tenant_quota = tenant_quota
+        self.metrics = metrics
+        self.outage = outage
+        self.max_group_qps = max_group_qps
+        self.generation = -1  # of the last assignment applied
+
+    async def follow(self, topics_ready: asyncio.Event) -> None:
+        """Apply every assignment, once the topics are known."""
+        await topics_ready.wait()
+        async for owned in self.assignment.updates():
+            await self.apply(owned)
+
+    async def apply(self, owned: OwnedGroups) -> None:
+        """Release what is no longer ours (or ours at another epoch), claim what is new."""
+        wanted = dict(owned.groups)
+        current = {g.ref: g for g in self.groups.values()}
+        for ref, g in current.items():
+            if wanted.get(ref) != g.epoch:
+                await self.release(g)
+        limit = asyncio.Semaphore(CLAIM_CONCURRENCY)
+        new = [
+            (ref, e) for ref, e in wanted.items() if ref not in current or current[ref].epoch != e
+        ]
+        await asyncio.gather(*(self.claim(ref, epoch, limit) for ref, epoch in new))
+        self.generation = owned.generation
+        self.metrics.groups.set(len(self.groups))
+        log.info(
+            "worker %s owns %d groups (generation %d)", self.id, len(self.groups), owned.generation
+        )
+
+    async def claim(self, ref: GroupRef, epoch: int, limit: asyncio.Semaphore) -> None:
+        """CLAIMING -> (CONTESTED_WAIT ->) OWNED, or nothing if fenced or assigned away."""
+        topic = self.topics.get(ref.topic)
+        if topic is None:
+            log.warning("assigned %s of an unknown topic; skipped until the topic is known", ref)
+            return
+        async with limit:
+            try:
+                # Redis unreachable: retried until it answers or the group is assigned away
+                # (a claim that dies would end the assignment task, and with it the worker).
+                # One name for every group's claim: an outage logs one warning, not thousands.
+                claimed = await self.outage.retry(
+                    "group claims",
+                    lambda: self.holds.claim(ref, epoch),
+                    give_up=lambda: self.assignment.current().groups.get(ref) != epoch,
+                )
+            except Fenced as e:
+                log.warning("not claiming %s: %s", ref, e)
+                return
+        if claimed is None:
+            log.info("not claiming %s: no longer assigned to this worker", ref)
+            return
+        contested, checkpoints = claimed
+        group = GroupState(  # CLAIMING
+            ref, epoch, topic, self.quota(topic, ref), checkpoints, self.fetcher.budget
+        )
+        if contested:
+            # Its former holder never let go (killed, or cut off): it may push on the store's
+            # last word for HOLD_VALID_S; every check it sends from now on finds the group taken.
+            group.contest()
+            log.info("claimed %s from a holder that did not release it: starting in %.1f s",
+                     ref, CONTESTED_WAIT_S)  # fmt: skip
+            await asyncio.sleep(CONTESTED_WAIT_S)
+            group.reconfigure(self.quota(topic, ref))  # the topic may have changed meanwhile
+        if any(c is not None for c in checkpoints):
+            # Worked before, maybe by another worker until just now: its sends of the last
+            # second are in every receiver's window, and this counter never saw them (see
+            # capacity.rate, Handover). A group new to everyone starts at once.
+            group.counter.quiet(time.time())
+        group.own()
+        topic.groups[ref.index] = group
+        self.groups[str(ref)] = group
+        self.fetcher.signal(group)
+        self.committer.trim_later(group)
+
+    def quota(self, topic: TopicState, ref: GroupRef) -> int:
+        """Group ``ref``'s share of its topic's quota (or of the topic's share of its tenant's)."""
+        qps = self.tenant_quota.qps(topic)  # the topic's quota, or its share of its tenant's cap
+        quota = split_quota(qps, self._cap(topic.topic), groups=topic.topic.groups)
+        return quota[ref.index] if ref.index < len(quota) else 1
+
+    def requota(self, topic: TopicState) -> None:
+        """Apply the topic's quota (or tenant share) and burst to its groups at once."""
+        for g in topic.groups.values():
+            g.reconfigure(self.quota(topic, g.ref))
+
+    async def release(self, group: GroupState) -> None:
+        """Hand a group over: stop taking from it, let its pushes end, checkpoint, release."""
+        if group.dropped:  # fenced while an earlier release was awaited: nothing to write
+            await self.assignment.release(group.ref, group.epoch)
+            return
+        group.release()
+        group.drop_buffers()
+        deadline = time.monotonic() + self.settings.shutdown_grace_s
+        while group.in_flight and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        await self.outcomes.flush()
+        try:
+            await self.committer.write_checkpoints([group])
+            await self.committer.trim(group)
+        except BackendUnavailable as e:
+            log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)
+        if not group.dropped:  # (fenced meanwhile: DROPPED, its hold is another's now)
+            group.released()  # before the await: a hold check meanwhile must not drop it
+            await self.holds.let_go([group.ref])
+        self.forget(group)
+        await self.assignment.release(group.ref, group.epoch)
+        log.info("released %s (epoch %d)", group.ref, group.epoch)
+
+    def forget(self, group: GroupState) -> None:
+        """Unregister a RELEASED or DROPPED group."""
+        group.drop_buffers()
+        if group.topic.rates is not None:
+            group.topic.rates.forget(group)  # its parked jobs (fetched again by its next owner)
+        if self.groups.get(str(group.ref)) is group:
+            del self.groups[str(group.ref)]
+        if group.topic.groups.get(group.ref.index) is group:
+            del group.topic.groups[group.ref.index]
+
+    def drop(self, group: GroupState, reason: str) -> None:
+        """A newer owner fenced us: stop touching the group at once and write nothing more."""
+        if not group.dropped:
+            log.warning("dropping %s: %s", group.ref, reason)
+            group.drop()
+            self.forget(group)
+            self.committer.dirty.discard(group)
+
+    def _cap(self, topic: Topic) -> int:
+        return max(self.max_group_qps, -(-topic.qps // topic.groups))
