@@ -53,6 +53,7 @@ from emq.api.metrics import ApiMetrics
 from emq.api.openapi import spec
 from emq.api.settings import ApiSettings
 from emq.api.tenants import tenant_row, with_cap
+from emq.api.views import dlq_cursor, fleet_view, ids_by_group, letter_view
 from emq.core import schema
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import (
@@ -66,14 +67,11 @@ from emq.core.errors import (
 from emq.core.interfaces import (
     ApiQueues,
     ConfigStore,
-    DeadLetter,
-    FleetState,
     FleetView,
     HistoryStore,
 )
 from emq.core.jobs import JobStore
 from emq.core.model import (
-    Envelope,
     JobLimits,
     Namespace,
     PriorityMode,
@@ -342,7 +340,7 @@ class Api:
         query = schema.query(schema.DlqQuery, request.query)
         ref = self._ref(request, query)
         limit = query.limit
-        start_group, after = _cursor(query.cursor)
+        start_group, after = dlq_cursor(query.cursor)
         topic = await self.config.get_topic(ref)
         rows: list[answers.DeadLetter] = []
         next_cursor = None
@@ -350,7 +348,7 @@ class Api:
             letters = await self.queues.list_dead(
                 group, after if group.index == start_group else None, limit - len(rows)
             )
-            rows += [_letter_view(group.index, d) for d in letters]
+            rows += [letter_view(group.index, d) for d in letters]
             if len(rows) >= limit:
                 next_cursor = rows[-1]["id"]
                 break
@@ -361,7 +359,7 @@ class Api:
         ref = self._ref(request)
         body = schema.validate(schema.ReplayIn, await self._object(request))
         limit = body.limit
-        by_group = None if body.ids is None else _ids_by_group(body.ids)
+        by_group = None if body.ids is None else ids_by_group(body.ids)
         topic = await self.config.get_topic(ref)
         replayed = 0
         for group in topic.group_refs():
@@ -382,7 +380,7 @@ class Api:
             raise BackendUnavailable("this API has no view of the worker fleet")
         state = await self.fleet.state(self.namespace(request))
         rates = await self.history.source_rates() if self.history is not None else {}
-        return web.json_response(_fleet_view(state, rates))
+        return web.json_response(fleet_view(state, rates))
 
     # ------------------------------------------------------------------ operations
 
@@ -401,73 +399,6 @@ class Api:
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(spec())
-
-
-def _cursor(raw: str | None) -> tuple[int, str | None]:
-    """A DLQ cursor is ``<group>:<id>``: where the previous page ended."""
-    if not raw:
-        return 0, None
-    group, sep, letter = raw.partition(":")
-    if not sep or not group.isdigit() or not letter:
-        raise InvalidInput("cursor", "is not a cursor returned by this API")
-    return int(group), letter
-
-
-def _ids_by_group(ids: list[str]) -> dict[int, list[str]]:
-    """Dead-letter ids (``<group>:<entry>``, the schema's pattern) by group."""
-    out: dict[int, list[str]] = {}
-    for text in ids:
-        group, _, letter = text.partition(":")
-        out.setdefault(int(group), []).append(letter)
-    return out
-
-
-def _fleet_view(state: FleetState, rates: Mapping[str, Mapping[str, float]]) -> answers.Fleet:
-    workers: list[answers.FleetWorker] = []
-    for m in state.members:
-        topics = {t: round(r, 3) for t, r in sorted(rates.get(m.id, {}).items())}
-        workers.append(
-            {
-                "id": m.id,
-                "host": m.host,
-                "pid": m.pid,
-                "weight": m.weight,
-                "started_at": m.started_at,
-                "metrics": m.metrics,
-                "leader": m.leader,
-                "group_count": len(m.groups),
-                "groups": [{"group": g, "epoch": e} for g, e in sorted(m.groups.items())],
-                "delivered_per_s": round(sum(topics.values()), 3),
-                "topics_per_s": topics,
-            }
-        )
-    return {
-        "namespace": state.namespace.value,
-        "generation": state.generation,
-        "leader": state.leader,
-        "assigned_at": state.assigned_at,
-        "workers": workers,
-        "orphans": [{"group": g, "worker": w} for g, w in sorted(state.orphans.items())],
-    }
-
-
-def _letter_view(group: int, letter: DeadLetter) -> answers.DeadLetter:
-    try:
-        envelope = Envelope.decode(letter.payload)
-        job: dict[str, Any] = {"job_id": envelope.id, "job": envelope.job.to_dict()}
-    except (ValueError, KeyError, TypeError, AttributeError):
-        # An entry the worker could not read (written into Redis by other means): shown as is.
-        raw = letter.payload.decode(errors="replace")
-        job = {"job_id": None, "job": None, "raw": raw}
-    return {  # type: ignore[typeddict-item]
-        "id": f"{group}:{letter.id}",
-        **job,
-        "priority": letter.priority.value,
-        "error": letter.error,
-        "status": letter.status,
-        "attempts": letter.attempts,
-        "failed_at": letter.failed_at_ms / 1000,
-    }
 
 
 API_KEY = web.AppKey("emq_api", Api)

@@ -28,78 +28,21 @@ import itertools
 import math
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import parse_qs
 
-
-@dataclass(frozen=True, slots=True)
-class Delivery:
-    """One request as the sink saw it (``status`` 0: never answered, e.g. a hanging endpoint)."""
-
-    at: float
-    job_id: str
-    topic: str
-    status: int = 200
-    group: int | None = None
-    priority: str | None = None
-    key: str | None = None
-    enqueued: float | None = None  # ``e``: epoch seconds when the client enqueued the job
-    delay_s: float = 0.0  # ``d``: the job's ``delay_s``
-    seq: int | None = None  # ``s``: the job's place in its key's enqueue order
-
-    @property
-    def ready(self) -> float | None:
-        """When the job became deliverable: enqueued plus its delay (None: not carried)."""
-        return None if self.enqueued is None else self.enqueued + self.delay_s
-
-    @property
-    def ok(self) -> bool:
-        return 200 <= self.status < 300
-
-
-@dataclass(frozen=True, slots=True)
-class Quota:
-    """What a topic may deliver: ``qps`` per second, +1 of slack per group, and with a
-    ``burst`` (README "Burst") that many more in any window: ``qps + burst + groups``."""
-
-    qps: int
-    groups: int = 1
-    burst: int = 0
-
-    @property
-    def limit(self) -> int:
-        return self.qps + self.burst + self.groups
-
-
-def parse_log(rows: Iterable[Sequence[Any]]) -> list[Delivery]:
-    """Records from the sink's ``/_log`` rows: ``[at, topic, webhook_id, status, query]``.
-
-    The query carries what the enqueuing client knew: ``g`` group, ``p`` priority, ``k`` key,
-    ``s`` sequence within the key, ``e`` enqueue time (epoch seconds), ``d`` delay in seconds.
-    """
-    out = []
-    for at, topic, job_id, status, query in rows:
-        q = {k: v[0] for k, v in parse_qs(query or "").items()}
-        out.append(
-            Delivery(
-                float(at), job_id, topic, int(status), _int(q.get("g")), q.get("p"), q.get("k"),
-                _float(q.get("e")), _float(q.get("d")) or 0.0, _int(q.get("s")),
-            )
-        )  # fmt: skip
-    return out
-
-
-def _int(value: str | None) -> int | None:
-    return int(value) if value is not None and value.isdigit() else None
-
-
-def _float(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None
-
+# The log's records (emq.bench.deliveries) and the order promises (emq.bench.order) live in
+# modules of their own; the checker's callers find every name here.
+from emq.bench.deliveries import Delivery as Delivery
+from emq.bench.deliveries import Quota as Quota
+from emq.bench.deliveries import parse_log as parse_log
+from emq.bench.order import PRIORITY_BASE_GRACE_S as PRIORITY_BASE_GRACE_S
+from emq.bench.order import RANK as RANK
+from emq.bench.order import first_ok as first_ok
+from emq.bench.order import high_waits as high_waits
+from emq.bench.order import key_inversions as key_inversions
+from emq.bench.order import key_overlaps as key_overlaps
+from emq.bench.order import priority_grace_s as priority_grace_s
+from emq.bench.order import priority_inversions as priority_inversions
 
 # --------------------------------------------------------------------------- loss, duplicates
 
@@ -286,15 +229,7 @@ def _owed(schedule: Sequence[tuple[float, Quota]], second: int) -> int | None:
     return None
 
 
-# --------------------------------------------------------------------------- duplicates, order
-
-
-def first_ok(log: Iterable[Delivery]) -> dict[str, Delivery]:
-    """The first 2xx delivery of each id."""
-    out: dict[str, Delivery] = {}
-    for d in sorted((d for d in log if d.ok), key=lambda d: d.at):
-        out.setdefault(d.job_id, d)
-    return out
+# ------------------------------------------------------------------------- duplicates after faults
 
 
 def unexplained_duplicates(log: Iterable[Delivery], faults: Sequence[float]) -> int:
@@ -308,170 +243,6 @@ def unexplained_duplicates(log: Iterable[Delivery], faults: Sequence[float]) -> 
             count += 1
         seen.add(d.job_id)
     return count
-
-
-RANK = {"high": 0, "medium": 1, "low": 2}
-PRIORITY_BASE_GRACE_S = 0.15  # issue 12: high enqueue -> delivery p99 <= 1/qps + 150 ms
-
-
-def priority_grace_s(quota: Quota) -> float:
-    """How long after a high job is ready lower ones may still go out: what was already in
-    flight, and the group's next free slot (one interval of the group's rate)."""
-    return PRIORITY_BASE_GRACE_S + quota.groups / quota.qps
-
-
-def priority_inversions(
-    log: Sequence[Delivery],
-    grace_s: Mapping[str, float],
-    answer_s: Mapping[str, float] | None = None,
-) -> dict[str, Any]:
-    """Invariant 5, priority: lower jobs of a group delivered while a higher one waited.
-
-    A job J (priority, group, key and enqueue time carried in its URL) waits from ``J.ready``
-    (enqueued + delay) to its first 2xx; ``grace`` (per topic) allows for what was already in
-    flight or reserved when J arrived. A J that failed an attempt waited in the retry schedule,
-    not behind lower jobs, and is left out. What counts as an inversion:
-
-    * an unkeyed J: every first 2xx of a lower priority in J's group in
-      ``(J.ready + grace, J.delivered)``;
-    * a keyed J (key K): order per key says J waits for K's jobs ahead of it, those of its own
-      or a higher priority (at most one of a key in flight). Lower jobs of *other* keys (or
-      none) that go meanwhile are no inversion: they count only from the last arrival of such
-      a job of K before J, plus its endpoint's round trip (``answer_s`` per topic: known slow
-      endpoints) and the grace. Lower jobs of K itself count from ``J.ready + grace``: J is
-      meant to pass its key's lows (see worker.keys).
-    """
-    answer_s = answer_s or {}
-    failed = {d.job_id for d in log if not d.ok}
-    firsts = [d for d in first_ok(log).values() if d.priority in RANK and d.group is not None]
-    lanes: defaultdict[tuple[str, int | None], defaultdict[int, list[float]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    # Per (topic, key): per rank, arrival times (sorted).
-    keyed: defaultdict[tuple[str, str], defaultdict[int, list[float]]] = defaultdict(
-        lambda: defaultdict(list)
-    )
-    for d in firsts:
-        lanes[(d.topic, d.group)][RANK[d.priority or ""]].append(d.at)
-        if d.key is not None:
-            keyed[(d.topic, d.key)][RANK[d.priority or ""]].append(d.at)
-    for lane in (*lanes.values(), *keyed.values()):
-        for times in lane.values():
-            times.sort()
-    inversions, overtaken, worst = 0, 0, (0, "")
-    per_topic: Counter[str] = Counter()
-    for d in firsts:
-        if d.ready is None or d.job_id in failed:
-            continue
-        rank = RANK[d.priority or ""]
-        grace = grace_s.get(d.topic, PRIORITY_BASE_GRACE_S)
-        lane = lanes[(d.topic, d.group)]
-        n = _lower_between(lane, rank, d.ready + grace, d.at)
-        if d.key is not None:
-            answer = answer_s.get(d.topic, 0.0)
-            n = _keyed_inversions(lane, keyed[(d.topic, d.key)], rank, d, grace, answer)
-        inversions += n
-        overtaken += n > 0
-        per_topic[d.topic] += n
-        worst = max(worst, (n, d.job_id))
-    return {
-        "inversions": inversions,
-        "overtaken_jobs": overtaken,
-        "worst": list(worst),
-        "by_topic": {t: n for t, n in per_topic.items() if n},
-    }
-
-
-def _keyed_inversions(
-    lane: Mapping[int, list[float]],
-    own: Mapping[int, list[float]],
-    rank: int,
-    job: Delivery,
-    grace: float,
-    answer: float = 0.0,
-) -> int:
-    """A keyed job's inversions (see :func:`priority_inversions`): its key's lower jobs from
-    its ready time + ``grace``; other lower jobs from the arrival of its key's last job ahead of
-    it, plus ``answer`` (that job's round trip) and ``grace``. Ahead of it: its
-    key's jobs of its own or a higher priority that arrived before it, and its key's job in
-    flight (or next) when it became ready: the key's last arrival up to ``ready + grace``."""
-    assert job.ready is not None
-    known = job.ready + grace  # the worker has it by then (what the grace is for)
-    ahead = max(
-        (
-            _last_before(times, job.at if r <= rank else min(known, job.at))
-            for r, times in own.items()
-        ),
-        default=-math.inf,
-    )
-    mine = _lower_between(own, rank, known, job.at)
-    since = max(job.ready, ahead + answer) + grace
-    others = _lower_between(lane, rank, since, job.at) - _lower_between(own, rank, since, job.at)
-    return mine + others
-
-
-def _last_before(times: Sequence[float], end: float) -> float:
-    """The last of sorted ``times`` before ``end`` (-inf: none)."""
-    i = bisect.bisect_left(times, end)
-    return times[i - 1] if i else -math.inf
-
-
-def _lower_between(lane: Mapping[int, list[float]], rank: int, start: float, end: float) -> int:
-    """Arrivals in ``lane`` (per rank, sorted) of a rank below ``rank`` in ``(start, end)``."""
-    return sum(
-        max(0, bisect.bisect_left(times, end) - bisect.bisect_right(times, start))
-        for r, times in lane.items()
-        if r > rank
-    )
-
-
-def high_waits(log: Sequence[Delivery]) -> list[float]:
-    """Seconds from ready to first 2xx of every ``high`` job that carried its enqueue time and
-    never failed, sorted."""
-    failed = {d.job_id for d in log if not d.ok}
-    return sorted(
-        d.at - d.ready
-        for d in first_ok(log).values()
-        if d.priority == "high" and d.ready is not None and d.job_id not in failed
-    )
-
-
-def key_inversions(log: Sequence[Delivery]) -> dict[str, Any]:
-    """Invariant 5, order per key: jobs of one key whose first 2xx came after that of a job
-    enqueued later (``s``, the key's sequence, carried in the URL) with the same priority (a high
-    job of a key is meant to pass its low ones: priority queues are separate). A job that failed
-    an attempt (the next of its key may then go first) or had a delay is left out."""
-    failed = {d.job_id for d in log if not d.ok}
-    keys: defaultdict[tuple[str, str, str | None], list[Delivery]] = defaultdict(list)
-    for d in first_ok(log).values():
-        if d.key is not None and d.seq is not None:
-            keys[(d.topic, d.key, d.priority)].append(d)
-    overtaken, worst = 0, ""
-    for jobs in keys.values():
-        earliest_later = math.inf  # the first delivery of any job later in the key's order
-        for d in sorted(jobs, key=lambda d: -(d.seq or 0)):
-            if d.at > earliest_later and d.job_id not in failed and not d.delay_s:
-                overtaken += 1
-                worst = worst or f"{d.topic}/{d.key}#{d.seq}"
-            earliest_later = min(earliest_later, d.at)
-    return {"inversions": overtaken, "keys": len(keys), "first": worst or None}
-
-
-def key_overlaps(log: Sequence[Delivery], answer_s: Mapping[str, float]) -> int:
-    """Invariant 5's "at most one of a key in flight": requests of a key that arrived while the
-    key's previous request was still unanswered. Only topics whose endpoint answers after a
-    known delay (``answer_s``, e.g. the sink's ``/slow/<ms>/``) show it; a hang is never answered
-    and its topic is left out."""
-    arrivals: defaultdict[tuple[str, str], list[float]] = defaultdict(list)
-    for d in log:
-        if d.key is not None and d.topic in answer_s:
-            arrivals[(d.topic, d.key)].append(d.at)
-    overlaps = 0
-    for (topic, _), times in arrivals.items():
-        times.sort()
-        busy = answer_s[topic] * 0.95  # the sink's timer may fire a little early
-        overlaps += sum(1 for a, b in itertools.pairwise(times) if b - a < busy)
-    return overlaps
 
 
 # --------------------------------------------------------------------------- gaps
