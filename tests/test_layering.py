@@ -1,8 +1,9 @@
 """Imports point inward (STYLE.md, "Layering"): checked statically and in fresh interpreters.
 
 The static check reads every module's import statements and holds them to the table below; the
-dynamic check imports each module alone in a new interpreter (``-W error``: no circular import, no
-import-time warning) and checks that nothing forbidden got loaded transitively.
+dynamic check imports each module alone in a fresh forked child with none of our modules loaded
+(``-W error``: no circular import, no import-time warning) and checks that nothing forbidden got
+loaded transitively.
 """
 
 from __future__ import annotations
@@ -203,33 +204,97 @@ def test_the_checker_catches_outward_imports() -> None:
     assert violations("capacity.split", {"emq.core.model", "emq.core.errors"}) == []
 
 
-_PROBE = """
-import json, sys
-import {module}
-print(json.dumps(sorted(sys.modules)))
+# Each module is imported alone in a fresh child of a fork server: one interpreter per group of
+# layers (``-W error``) first imports the third-party modules our code imports directly (except
+# those the group's layers must not load), then forks one child per module, which imports that
+# module and reports ``sys.modules``. None of our modules is loaded before the fork, so a circular
+# import or an outward import shows exactly as in a fresh interpreter; the server checks that its
+# preload loaded nothing forbidden and none of ours, so every forbidden module a child reports was
+# loaded by the module under test. (One interpreter per module cost ~0.3 s of CPU each, mostly
+# re-importing aiohttp, pydantic, pyspark, pandas: 90-118 s on a busy CI machine.)
+_FORK_SERVER = r"""
+import gc, json, os, sys, threading, traceback
+preload, forbidden, modules = json.loads(sys.argv[1])
+for name in preload:
+    __import__(name)
+early = sorted(m for m in sys.modules if m.split(".")[0] in forbidden)
+assert not early, f"the preload loads {early}"
+assert threading.active_count() == 1, "the preload started a thread: no fork"
+gc.freeze()  # the children's collections then skip (and do not copy) the preloaded heap
+results = {}
+for module in modules:
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            __import__(module)
+            result = {"loaded": sorted(sys.modules)}
+        except BaseException as exc:
+            result = {"error": traceback.format_exception_only(exc)[-1].strip()}
+        with os.fdopen(w, "w") as out:
+            json.dump(result, out)
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r) as inp:
+        text = inp.read()
+    _, status = os.waitpid(pid, 0)
+    results[module] = json.loads(text) if text else {"error": f"child died: status {status}"}
+print(json.dumps(results))
 """
 
 
-def test_each_module_imports_alone_and_loads_nothing_forbidden() -> None:
-    procs = {
-        module: subprocess.Popen(
-            [sys.executable, "-W", "error", "-c", _PROBE.format(module=module)],
+def _preload(forbidden: frozenset[str]) -> list[str]:
+    """The third-party modules our code imports directly, less those ``forbidden`` to load."""
+    names = {
+        name
+        for module, path in all_modules()
+        for name in imported_names(module, path)
+        if name.split(".")[0] not in set(PACKAGES) | sys.stdlib_module_names | {"__future__"}
+    }
+    return sorted(n for n in names if n.split(".")[0] not in forbidden)
+
+
+def _probe_alone() -> dict[str, dict[str, list[str] | str]]:
+    """``{module: {"loaded": sys.modules after importing it alone} or {"error": ...}}``."""
+    groups: dict[frozenset[str], list[str]] = {}
+    for module, _ in all_modules():
+        groups.setdefault(RULES[layer_of(module)].forbidden_loaded, []).append(module)
+    forbidden_anywhere = frozenset(PACKAGES)  # none of ours may be preloaded either
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-W",
+                "error",
+                "-c",
+                _FORK_SERVER,
+                json.dumps([_preload(forbidden), sorted(forbidden | forbidden_anywhere), modules]),
+            ],
             cwd=ROOT,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for module, _ in all_modules()
-    }
-    problems = []
-    for module, proc in procs.items():
+        for forbidden, modules in groups.items()
+    ]
+    results: dict[str, dict[str, list[str] | str]] = {}
+    for proc in procs:
         out, err = proc.communicate(timeout=120)
-        if proc.returncode != 0:
-            problems.append(f"{module} fails to import alone: {err.strip().splitlines()[-1:]}")
+        assert proc.returncode == 0, f"the import probe failed: {err.strip()}"
+        results.update(json.loads(out))
+    return results
+
+
+def test_each_module_imports_alone_and_loads_nothing_forbidden() -> None:
+    problems = []
+    for module, result in _probe_alone().items():
+        if "error" in result:
+            problems.append(f"{module} fails to import alone: {[result['error']]}")
             continue
         layer = layer_of(module)
         rule = RULES[layer]
-        for loaded in json.loads(out):
+        for loaded in result["loaded"]:
             top = loaded.split(".")[0]
             ours_outward = top in PACKAGES and not rule.allows(layer, loaded)
             if top in rule.forbidden_loaded or ours_outward:
