@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import signal
 import subprocess
 import sys
@@ -126,6 +127,19 @@ def stop_all(procs: Iterable[Proc], timeout_s: float = 20.0) -> None:
         proc.wait(timeout_s)
 
 
+SINK_NICE = -10
+
+
+def _before_others(pid: int) -> None:
+    """Run the sink ahead of the processes it judges when the CPU is contended. It stands for
+    a receiver on another machine: on this one, a sink the scheduler leaves waiting reads a
+    burst of requests late and stamps them together, which reads as the sender's burst (seen:
+    priority inversions of 197 in a promise run, 0 with the sink ahead). Its share of the CPU
+    is what its load asks either way. Without the privilege (not root) it runs as started."""
+    with contextlib.suppress(OSError):
+        os.setpriority(os.PRIO_PROCESS, pid, SINK_NICE)
+
+
 class SinkProcess:
     """``python -m emq.rigs.sink`` on ``port``, for the benchmarks: ``async with
     SinkProcess.running(port, log) as sink`` (or :meth:`start`/:meth:`stop`); read with
@@ -153,6 +167,7 @@ class SinkProcess:
     async def start(self) -> None:
         """Start the process and wait until it answers."""
         self.proc.start()
+        _before_others(self.proc.pid)
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         await self._wait_ready()
 
