@@ -231,3 +231,16 @@ class RedisCalls:
             pipe.execute_command(*command)
         replies: list[Any] = await pipe.execute(raise_on_error=False)
         return replies
+
+
+class OwnedClient:
+    """A store on a Redis client it may own: with ``owns_client`` (each store the composition
+    root opens runs on a client of its own), :meth:`aclose` closes the client."""
+
+    def __init__(self, client: Client, *, owns_client: bool = False) -> None:
+        self._client = client
+        self._owns = owns_client
+
+    async def aclose(self) -> None:
+        if self._owns:
+            await self._client.aclose()

@@ -19,6 +19,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_conn import OwnedClient
 from emq.core.demand import DemandBoard, Loads, TopicLoad
 from emq.core.errors import BackendUnavailable
 from emq.core.model import Namespace
@@ -29,7 +30,7 @@ KEEP_FOR = 10  # the hash outlives its last post by this many stale_s
 DROP_AFTER = 5  # a post this many stale_s old is deleted by the next reader
 
 
-class RedisDemandBoard(DemandBoard):
+class RedisDemandBoard(OwnedClient, DemandBoard):
     """Owns the client's lifetime only if ``owns_client``."""
 
     def __init__(
@@ -39,14 +40,8 @@ class RedisDemandBoard(DemandBoard):
         *,
         owns_client: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._keys = keys
-        self._owns = owns_client
-
-    async def aclose(self) -> None:
-        """Close the client if this board owns it."""
-        if self._owns:
-            await self._client.aclose()
 
     async def exchange(
         self, namespace: Namespace, worker_id: str, mine: Mapping[str, Loads], stale_s: float

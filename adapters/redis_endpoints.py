@@ -16,6 +16,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_conn import OwnedClient
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import BackendUnavailable
 from emq.core.naming import RedisKeys
@@ -31,7 +32,7 @@ def _fresh(raw: bytes | str, source: str, max_age_s: float, now: float) -> list[
     return [dict(row, worker=source) for row in posted.get("endpoints", [])]
 
 
-class RedisEndpointBoard(EndpointBoard):
+class RedisEndpointBoard(OwnedClient, EndpointBoard):
     """Owns the client's lifetime only if ``owns_client``."""
 
     def __init__(
@@ -41,9 +42,8 @@ class RedisEndpointBoard(EndpointBoard):
         *,
         owns_client: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._key = keys.endpoint_board()
-        self._owns = owns_client
 
     async def publish(self, source: str, topics: Mapping[str, Sequence[Mapping[str, Any]]]) -> None:
         now = round(time.time(), 3)
@@ -77,10 +77,6 @@ class RedisEndpointBoard(EndpointBoard):
         except _UNAVAILABLE as e:
             raise BackendUnavailable(f"redis unavailable while reading endpoints: {e}") from e
         return sorted(out, key=lambda r: (r["endpoint"], r["worker"]))
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()
 
 
 class MemoryEndpointBoard(EndpointBoard):

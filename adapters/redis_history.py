@@ -15,6 +15,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_conn import OwnedClient
 from adapters.redis_latency import MemoryLatencyBoard, RedisLatencyBoard
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
@@ -42,7 +43,7 @@ def _decode(fields: Mapping[Any, Any]) -> HistoryRow:
     return HistoryRow(**values)
 
 
-class RedisHistoryStore(HistoryStore, LatencyBoard):
+class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
     """Owns neither the client's lifetime unless ``owns_client``.
 
     Also the latency board (:mod:`adapters.redis_latency`): workers write it where they write
@@ -56,11 +57,10 @@ class RedisHistoryStore(HistoryStore, LatencyBoard):
         max_rows: int = 2_000_000,
         owns_client: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._key = keys.history_log()
         self._rates = keys.rates()
         self._max_rows = max_rows
-        self._owns = owns_client
         self._latency = RedisLatencyBoard(client, keys)
         self.window_s = self._latency.window_s
 
@@ -144,10 +144,6 @@ class RedisHistoryStore(HistoryStore, LatencyBoard):
         except _UNAVAILABLE as e:
             raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
         return out
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()
 
 
 class MemoryHistoryStore(HistoryStore, LatencyBoard):

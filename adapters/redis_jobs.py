@@ -34,6 +34,7 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_conn import OwnedClient
 from emq.core.errors import BackendUnavailable
 from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore
 from emq.core.model import PRIORITIES, GroupRef, QueueRef
@@ -129,7 +130,7 @@ def _latest(*raws: Any) -> JobRecord | None:
     return best
 
 
-class RedisJobStore(JobStore):
+class RedisJobStore(OwnedClient, JobStore):
     """:class:`JobStore` on its own client (``owns_client``: :meth:`aclose` closes it)."""
 
     def __init__(
@@ -140,10 +141,9 @@ class RedisJobStore(JobStore):
         ttl_s: int = 600,
         owns_client: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._keys = keys
         self.ttl_s = ttl_s
-        self._owns = owns_client
         self._find = client.register_script(FIND)
 
     def _bucket(self, now_s: float) -> int:
@@ -233,7 +233,3 @@ class RedisJobStore(JobStore):
             first = _text(entries[0][0]) if entries else None
             out.append(int(first.partition("-")[0]) if first else None)
         return out
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()

@@ -11,6 +11,7 @@ import json
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_conn import OwnedClient
 from emq.core.errors import BackendUnavailable
 from emq.core.naming import RedisKeys
 from emq.core.plans import PlanStore, StoredPlan
@@ -18,7 +19,7 @@ from emq.core.plans import PlanStore, StoredPlan
 _UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 
-class RedisPlanStore(PlanStore):
+class RedisPlanStore(OwnedClient, PlanStore):
     """Owns the client's lifetime only if ``owns_client``."""
 
     def __init__(
@@ -28,9 +29,8 @@ class RedisPlanStore(PlanStore):
         *,
         owns_client: bool = False,
     ) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._key = keys.plans()
-        self._owns = owns_client
 
     async def save(self, plan: StoredPlan, keep: int) -> int:
         entry = {"id": plan.id, "stored_at": plan.stored_at, "source": plan.source}
@@ -57,7 +57,3 @@ class RedisPlanStore(PlanStore):
             return None
         d = json.loads(raw)
         return StoredPlan(d["id"], d["stored_at"], d["source"], d["plan"], int(kept))
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()

@@ -32,7 +32,7 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from adapters.redis_conn import Client, RedisCalls
+from adapters.redis_conn import Client, OwnedClient, RedisCalls
 from adapters.redis_replies import Command, text
 from emq.core.errors import ConfigConflict, NotFound
 from emq.core.interfaces import BackendHealth
@@ -140,13 +140,12 @@ def _id_key(entry: str) -> tuple[int, int]:
     return int(ms), int(seq or 0)
 
 
-class RedisReplayStore:
+class RedisReplayStore(OwnedClient):
     """Replays and their progress on Redis; see the module docstring for the keys."""
 
     def __init__(self, client: Client, keys: RedisKeys, *, owns_client: bool = False) -> None:
-        self._client = client
+        super().__init__(client, owns_client=owns_client)
         self._keys = keys
-        self._owns = owns_client
         self.health = BackendHealth()
         register = client.register_script
         self._move = register(MOVE)
@@ -357,10 +356,6 @@ class RedisReplayStore:
         commands: list[Command] = [("EXPIRE", k, FINISHED_TTL_S) for k in keys]
         commands.append(("SREM", self._keys.replays_running(), replay.id))
         await self._run(commands, "end replay")
-
-    async def aclose(self) -> None:
-        if self._owns:
-            await self._client.aclose()
 
 
 def _flat(fields: dict[str, Any]) -> list[Any]:
