@@ -111,6 +111,7 @@ def run(
         "jvm": round(jvm_cpu, 1) if jvm_cpu is not None else None,
         "python": round(time.process_time(), 1),
     }
+    result["shuffle_partitions"] = partitions
     return result
 
 

@@ -13,6 +13,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from emq.cli.main import main
+from spark.session import local_partitions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -132,5 +133,8 @@ def test_spark_submit_runs_the_same_job(history: Path, tmp_path: Path) -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert json.loads(done.stdout)["topics"] == 20
+    summary = json.loads(done.stdout)
+    assert summary["topics"] == 20
+    # spark-submit chose the master, and the small machine's settings still apply
+    assert summary["shuffle_partitions"] == local_partitions()
     assert (tmp_path / "p" / "report.html").exists()
