@@ -133,6 +133,13 @@ def add_arguments(
     )
     p.add_argument("--top", type=int, default=8, metavar="N", help="topics charted (default 8)")
     p.add_argument("--driver-memory", default="4g", help="local runs: driver memory (4g)")
+    p.add_argument(
+        "--jit",
+        choices=("quick", "full"),
+        default="quick",
+        help="local runs: the JVM's quick compiler only (default; jobs of minutes) or full "
+        "(long runs of many millions of rows)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the summary as JSON")
 
@@ -204,7 +211,7 @@ def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> in
     started = time.monotonic()
     with ExitStack() as stack:
         with progress.step("starting Spark"):
-            session = spark_session("emq-plan", args.master, args.driver_memory)
+            session = spark_session("emq-plan", args.master, args.driver_memory, args.jit)
             spark = stack.enter_context(session)
         progress.attach(spark)
         result = run(spark, args.history, args.out, opts, progress)

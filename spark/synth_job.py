@@ -37,6 +37,13 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--master", metavar="URL", help="Spark master (default local[*])")
     p.add_argument("--driver-memory", default="4g", help="local runs: driver memory (4g)")
+    p.add_argument(
+        "--jit",
+        choices=("quick", "full"),
+        default="quick",
+        help="local runs: the JVM's quick compiler only (default; jobs of minutes) or full "
+        "(long runs of many millions of rows)",
+    )
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("--json", action="store_true", help="print the result as JSON")
 
@@ -71,7 +78,7 @@ def execute(args: argparse.Namespace, *, max_group_qps: int | None = None) -> in
     progress = Progress(None, 2, quiet=args.quiet)
     with ExitStack() as stack:
         with progress.step("starting Spark"):
-            session = spark_session("emq-synth", args.master, args.driver_memory)
+            session = spark_session("emq-synth", args.master, args.driver_memory, args.jit)
             spark = stack.enter_context(session)
         progress.attach(spark)
         with progress.step(f"writing {options.rows:,} rows to {args.out}"):

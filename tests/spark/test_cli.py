@@ -118,6 +118,8 @@ def test_spark_submit_runs_the_same_job(history: Path, tmp_path: Path) -> None:
             str(submit),
             "--master",
             "local[2]",
+            "--driver-java-options",  # a short job: the JVM's quick compiler (spark/README.md)
+            "-XX:TieredStopAtLevel=1",
             str(ROOT / "spark" / "plan_job.py"),
             "--history",
             str(history),
