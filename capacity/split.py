@@ -26,6 +26,13 @@ def group_count(qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS) -> int:
     return -(-qps // max_group_qps)
 
 
+def kept_cap(qps: int, groups: int, max_group_qps: int) -> int:
+    """The group cap a topic of ``qps`` over ``groups`` groups is split under: the configured cap,
+    or more when the topic kept its groups while the cap was lowered later (never an impossible
+    split). The API's views and the workers' quotas both use it."""
+    return max(max_group_qps, -(-qps // groups))
+
+
 def split_quota(
     qps: int, max_group_qps: int = DEFAULT_MAX_GROUP_QPS, groups: int | None = None
 ) -> tuple[int, ...]:

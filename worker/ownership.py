@@ -20,7 +20,7 @@ import asyncio
 import logging
 import time
 
-from capacity import split_quota
+from capacity import kept_cap, split_quota
 from emq.core.errors import BackendUnavailable, Fenced
 from emq.core.interfaces import AssignmentSource, OwnedGroups
 from emq.core.model import GroupRef, Topic, TopicRef
@@ -196,4 +196,4 @@ class Ownership:
             self.committer.dirty.discard(group)
 
     def _cap(self, topic: Topic) -> int:
-        return max(self.max_group_qps, -(-topic.qps // topic.groups))
+        return kept_cap(topic.qps, topic.groups, self.max_group_qps)

@@ -40,7 +40,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
-from capacity import group_count, split_quota
+from capacity import group_count, kept_cap, split_quota
 from emq.api import answers, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.endpoints import enable_endpoint
@@ -184,7 +184,13 @@ class Api:
             "topic": ref.topic,
             "qps": topic.qps,
             "groups": topic.groups,
-            "group_qps": list(split_quota(topic.qps, self._cap(topic), groups=topic.groups)),
+            "group_qps": list(
+                split_quota(
+                    topic.qps,
+                    kept_cap(topic.qps, topic.groups, self.settings.max_group_qps),
+                    groups=topic.groups,
+                )
+            ),
             "paused": topic.paused,
             "max_backlog": topic.max_backlog,
             "endpoint_concurrency": topic.endpoint_concurrency,
@@ -199,10 +205,6 @@ class Api:
         if secret:
             out["secret"] = topic.secret
         return out
-
-    def _cap(self, topic: Topic) -> int:
-        # A topic keeps its groups when the cap is lowered later; never report an impossible split.
-        return max(self.settings.max_group_qps, -(-topic.qps // topic.groups))
 
     # ------------------------------------------------------------------ tenants
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
 async def enable_endpoint(api: Api, request: web.Request) -> web.Response:
     """``POST .../endpoints/enable`` ``{"endpoint": "host:port" | "*"}`` (admin)."""
     await api.auth.admin(request)
-    ref = api._ref(request)
+    ref = api.topic_ref(request)
     body = schema.validate(EndpointEnableIn, await api._object(request))
     endpoint = check_endpoint(body.endpoint)
     at_ms = int(time.time() * 1000)
