@@ -22,14 +22,17 @@ Rollback undoes the *most recent* grants (the dispatcher rolls back right after 
 the same tick): their stamps leave the log and their tokens go back to the bucket.
 
 Handover: a group that a worker takes over from another may have had ``qps`` sends in the last
-second from its former owner, which this counter never saw. :meth:`QpsCounter.quiet` fills the
-log as if the former owner had sent at the full pace until ``now`` (``qps`` grants spread evenly
-over the last window): the new owner goes on at that pace, without a burst, at once. The former
-owner was itself paced by such a counter, so its sends in the last ``x`` of the window were at
-most ``x * qps`` plus its bucket's burst, and any window across the handover holds at most
-``qps + burst + 1``. (A silent second instead would be exact, but every failover and
-rebalance would cost each moved group a second of its quota; a contested claim already waits
-out its former holder, see ``worker.runtime``.)
+second from its former owner, which this counter never saw. The former owner was paced by such a
+counter, so its grants in its last ``x`` seconds were at most its bucket's burst plus ``x * qps``
+(and ``qps + extra`` in any window). :meth:`QpsCounter.quiet` fills the log with exactly that
+worst case: the burst stamped ``now``, one grant per ``1/qps`` before it. The log then holds at
+least the former owner's grants in every stretch ending ``now``, so any window across the
+handover holds at most ``qps + extra`` grants of both owners, and the new owner goes on at the
+full pace about a window after the oldest of those stamps (tens of ms after the claim, not a
+silent second: every failover and rebalance would cost each moved group a second of its quota;
+a contested claim already waits out its former holder, see ``worker.runtime``). The previous
+version spread ``qps`` grants evenly and let a window hold the burst on top (32 at 30 QPS was
+seen across a ZooKeeper outage's rebalance).
 
 **Burst** (a topic's ``burst``, split over its groups like its quota): a group may send
 ``extra`` jobs above the steady pace after idle. The log then holds the last ``qps + extra``
@@ -156,12 +159,16 @@ class QpsCounter:
         return self.reserve(1, now) == 1
 
     def quiet(self, now: float) -> None:
-        """Count the last window as sent at the full pace (see "Handover" in the module
-        docstring): the next grant comes one interval after the oldest of those stamps."""
+        """Count the last window as the former owner's worst case (see "Handover" in the module
+        docstring): its bucket's burst spent just now, and before that one grant per interval
+        (at most ``burst + x * qps`` in its last ``x`` seconds, as its own counter allowed)."""
         self._advance(now)
-        step = self.window_s / max(1, self.qps)
-        start = now - self.window_s
-        self._log = deque(start + step * (i + 1) for i in range(self.qps))
+        most = self.qps + self.extra
+        whole = min(most, math.floor(self.burst + EPSILON))
+        part = max(0.0, self.burst - whole)  # a fraction of a token brings the next one nearer
+        step = 1.0 / max(1, self.qps)
+        paced = [now - step * (k - part) for k in range(most - whole, 0, -1)]
+        self._log = deque([*paced, *([now] * whole)])
         self._tokens = 0.0
 
     def set_qps(self, qps: int, extra: int | None = None) -> None:

@@ -10,8 +10,10 @@ rate, plus one per group), never above its quota. The cap is then water-filled b
 topic gets ``cap * weight / total weight`` of what is left, those wanting less get their demand
 and the rest is shared again among the others. What no demand takes is then spread the same way
 over every topic up to its quota (a topic that is not busy gets room to start at once while the
-tenant is not saturated). Last, every topic gets at least one QPS per group (a group's counter
-cannot pace below 1/s): only a cap below the tenant's number of groups is exceeded by that.
+tenant is not saturated). Every topic has at least one QPS per group (a group's counter cannot
+pace below 1/s): those floors are set aside first and the rest of the cap is water-filled over
+the demands above them, so the shares sum to at most the cap, and only a cap below the tenant's
+number of groups is exceeded (every topic then gets its floor).
 """
 
 from __future__ import annotations
@@ -41,13 +43,19 @@ class TopicDemand:
 
 def divide(cap: int, topics: Mapping[str, TopicDemand]) -> dict[str, int]:
     """Each topic's share (QPS) of ``cap``: see the module docstring."""
-    share = _fill(cap, {name: (t.weight, t.wants()) for name, t in topics.items()})
+    share = {name: t.groups for name, t in topics.items()}  # the floors, taken first
+    above = cap - sum(share.values())
+    if above <= 0:
+        return share
+    wants = {name: (t.weight, max(0, t.wants() - t.groups)) for name, t in topics.items()}
+    for name, more in _fill(above, wants).items():
+        share[name] += more
     left = cap - sum(share.values())
     if left > 0:
         spare = {name: (t.weight, t.quota - share[name]) for name, t in topics.items()}
         for name, more in _fill(left, spare).items():
             share[name] += more
-    return {name: max(share[name], topics[name].groups) for name in topics}
+    return share
 
 
 def _fill(cap: int, wants: Mapping[str, tuple[int, int]]) -> dict[str, int]:
