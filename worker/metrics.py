@@ -143,6 +143,11 @@ class TopicCollector(Collector):
             "Jobs fetched by this worker and waiting only for the quota (their group's is spent)",
             labels=LABELS,
         )
+        shares = GaugeMetricFamily(
+            "emq_topic_tenant_share_qps",
+            "The topic's share of its tenant's cap on this worker (topics of capped tenants only)",
+            labels=LABELS,
+        )
         now = time.time()
         for ref, state in list(self.topics.items()):
             labels = [ref.namespace.value, ref.tenant, ref.topic]
@@ -150,9 +155,12 @@ class TopicCollector(Collector):
             push.add_metric(labels, _buckets(LATENCY_BUCKETS_MS, counts, 0.001), state.push_sum_s)
             e2e.add_metric(labels, _buckets(E2E_BUCKETS_S, state.e2e, 1.0), state.e2e_sum_s)
             throttled.add_metric(labels, _throttled(state, now))
+            if state.tenant_share is not None:
+                shares.add_metric(labels, state.tenant_share)
         yield push
         yield e2e
         yield throttled
+        yield shares
         yield GaugeMetricFamily(
             "emq_worker_buffer_bytes",
             "Payload bytes held in this worker's buffers (EMQ_WORKER_BUFFER_BYTES bounds it)",

@@ -93,3 +93,14 @@ async def test_the_redis_board_round_trip(redis_url: str, test_id: str) -> None:
         assert await client.hexists(key, "gone") == 0
     finally:
         await board.aclose()
+
+
+def test_the_shares_are_scraped_for_capped_topics_only() -> None:
+    from worker.metrics import TopicCollector
+
+    collector = TopicCollector()
+    capped, free = (TopicState(Topic(TopicRef(ON, "acme", n), 200, 2)) for n in ("a", "b"))
+    capped.tenant_share = 149
+    collector.topics = {capped.ref: capped, free.ref: free}
+    (family,) = (m for m in collector.collect() if m.name == "emq_topic_tenant_share_qps")
+    assert [(s.labels["topic"], s.value) for s in family.samples] == [("a", 149.0)]
