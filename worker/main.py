@@ -10,6 +10,7 @@ import os
 import resource
 import signal
 import socket
+from collections.abc import Callable
 
 from aiohttp import web
 
@@ -161,8 +162,16 @@ async def run_worker(
     raise_fd_limit(settings.max_in_flight)
     tune_gc()
     loop = asyncio.get_running_loop()
+    hurry: list[Callable[[], None]] = []  # the worker's, once built
+
+    def on_signal() -> None:  # the first drains for the shutdown grace, a second stops at once
+        if stop.is_set():
+            for then in hurry:
+                then()
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     async with PushExecutor(settings, AddressPolicy(allow)) as pusher:
         worker = Worker(
             worker_id,
@@ -178,6 +187,7 @@ async def run_worker(
             endpoints=endpoints,
             demand=demand,
         )
+        hurry.append(worker.hurry)
         runner = None
         ports = settings.metrics_ports()
         if ports:

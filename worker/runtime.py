@@ -132,6 +132,7 @@ class Worker:
         self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._hurried = False  # a second stop signal: no more draining (see hurry)
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
         self.tenant_quota = TenantQuota(
             worker_id, namespace, config, self.topics, self._requota, board=demand,
@@ -208,17 +209,28 @@ class Worker:
                 t.cancel()
             _, pending = await asyncio.wait(pending, timeout=CANCEL_AGAIN_S)
 
+    def hurry(self) -> None:
+        """Stop draining now (a second SIGTERM/SIGINT): what is still buffered or in flight is
+        left to the checkpoint (delivered again by the next owner, never lost); the final
+        writes and the release still happen."""
+        if not self._hurried:
+            self._hurried = True
+            log.info("worker %s: asked again to stop, draining no more", self.id)
+
+    def _draining(self, deadline: float) -> bool:
+        return not self._hurried and time.monotonic() < deadline
+
     async def shutdown(self) -> None:
         grace = self.settings.shutdown_grace_s
         deadline = time.monotonic() + grace
         log.info("worker %s stopping: draining buffers for up to %.1f s", self.id, grace)
         await self._cancel("topics", "assignment", "fetch", "signals", "promote", "sweep")
-        while self._buffered() and time.monotonic() < deadline:
+        while self._buffered() and self._draining(deadline):
             await asyncio.sleep(0.05)
         await self._cancel("dispatch")
         for g in self.groups.values():
             g.drop_buffers()
-        while (self._sends.qsize() or self._in_flight()) and time.monotonic() < deadline:
+        while (self._sends.qsize() or self._in_flight()) and self._draining(deadline):
             await asyncio.sleep(0.02)
         await self._cancel("senders")
         await asyncio.shield(self._final_writes())

@@ -133,7 +133,7 @@ def worker_process(settings: Settings, tmp_path: Path) -> Iterator[Any]:
     yield make
     # All asked to stop at once, then waited for: each may take its shutdown grace, and one after
     # the other that was 3-4 s per worker of a fleet test's teardown.
-    stop_all(started, timeout_s=20)
+    stop_all(started, timeout_s=20, hurry=True)  # (a second signal: no draining, see stop_all)
 
 
 def full_seconds(per_second: dict[int, int]) -> list[int]:
