@@ -21,7 +21,7 @@ from emq.core.jobs import JobStore
 from emq.core.model import Namespace
 from emq.core.replays import ReplayStore
 from worker.metrics import WorkerMetrics
-from worker.push import PushExecutor
+from worker.pushers import make_pusher
 from worker.replay import ReplayMover
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
@@ -163,7 +163,7 @@ async def run_worker(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    async with PushExecutor(settings, AddressPolicy(allow)) as pusher:
+    async with make_pusher(settings, AddressPolicy(allow)) as pusher:
         worker = Worker(
             worker_id,
             namespace,
