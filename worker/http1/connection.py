@@ -153,8 +153,10 @@ class Connection(asyncio.Protocol):
             return
         self._status = status
         self._headers_done = True
-        if self._head:
-            self._finish(reuse=False)  # a HEAD answer announces a body it does not send
+        if self._head or status == 101:
+            # A HEAD answer announces a body it does not send; after a 101 the connection
+            # speaks another protocol. Either way the answer is all we get from it.
+            self._finish(reuse=False)
 
     def on_body(self, body: bytes) -> None:
         self._body += len(body)
