@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 
 from emq.core.errors import DestinationRefused, Undeliverable
 from worker.http1.connection import Answer, BadResponse, Connection, ConnectionLost
+from worker.http1.deadlines import Deadlines
 from worker.http1.wire import Target, request_bytes, target_of
 from worker.ssrf import AddressPolicy
 
@@ -48,8 +49,8 @@ class Exchange:
         self.transport = FakeTransport()
         self.conn.connection_made(self.transport)  # type: ignore[arg-type]
 
-    def send(self, head: bool = False, timeout_s: float = 5.0) -> asyncio.Future[Answer]:
-        return self.conn.send(b"GET / HTTP/1.1\r\n\r\n", self.loop.time() + timeout_s, head)
+    def send(self, head: bool = False) -> asyncio.Future[Answer]:
+        return self.conn.send(b"GET / HTTP/1.1\r\n\r\n", head)
 
     def feed(self, *chunks: bytes, eof: bool = False) -> None:
         for chunk in chunks:
@@ -217,13 +218,37 @@ async def test_bytes_while_idle_drop_the_connection() -> None:
     assert x.conn.closed and x.transport.aborted
 
 
-async def test_the_total_timeout_fails_the_request_and_aborts() -> None:
+async def test_an_expired_request_fails_and_aborts_an_ended_one_is_left_alone() -> None:
     x = Exchange()
-    fut = x.send(timeout_s=0.05)
+    fut = x.send()
+    x.feed(OK)
+    x.conn.expire(x.conn.sent)  # ended: nothing happens
+    assert outcome(fut) == (200, None) and not x.transport.closed
+    fut = x.send()
     x.feed(b"HTTP/1.1 200 OK\r\n")  # headers never complete
-    with pytest.raises(TimeoutError):
-        await fut
-    assert x.transport.aborted and x.released == []
+    x.conn.expire(x.conn.sent - 1)  # an earlier request's deadline: not this one's
+    assert not fut.done()
+    x.conn.expire(x.conn.sent)
+    assert isinstance(outcome(fut), TimeoutError)
+    assert x.transport.aborted and x.released == [x.conn]  # (from the first request)
+
+
+async def test_deadlines_fail_only_requests_past_theirs() -> None:
+    loop = asyncio.get_running_loop()
+    deadlines = Deadlines(loop, period_s=0.01)
+    ended, late, live = Exchange(), Exchange(), Exchange()
+    futs = [x.send() for x in (ended, late, live)]
+    now = loop.time()
+    deadlines.add(now - 1, ended.conn)
+    deadlines.add(now - 1, late.conn)
+    deadlines.add(now + 60, live.conn)
+    ended.feed(OK)
+    deadlines.check()
+    assert outcome(futs[0]) == (200, None)
+    assert isinstance(outcome(futs[1]), TimeoutError)
+    assert not futs[2].done() and len(deadlines) == 1
+    deadlines.close()
+    live.conn.abort()
 
 
 async def test_a_connection_carries_requests_one_after_another() -> None:

@@ -20,7 +20,8 @@ connection (as the aiohttp executor reads at most ``max_response_bytes``). 1xx a
 than 101 are skipped. A response without ``Content-Length`` or chunked framing ends when the
 peer closes (RFC 9112 6.3): the status stands.
 
-One future and one timer per request, no task: the caller awaits the future once.
+One future per request, no task, no timer (:mod:`worker.http1.deadlines`): the caller awaits
+the future once.
 """
 
 from __future__ import annotations
@@ -63,7 +64,7 @@ class Connection(asyncio.Protocol):
         self.closed = False
         self.idle_since = 0.0
         self._waiter: asyncio.Future[Answer] | None = None
-        self._timer: asyncio.TimerHandle | None = None
+        self.sent = 0  # requests sent: tells a deadline of an earlier request from the current
         self._head = False
         self._status = 0
         self._retry_after: bytes | None = None
@@ -74,10 +75,16 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ the caller's side
 
-    def send(self, data: bytes, deadline: float, head: bool) -> asyncio.Future[Answer]:
-        """Write one request; the future answers (status, Retry-After) or fails."""
+    @property
+    def busy(self) -> bool:
+        """A request is waiting for its answer."""
+        return self._waiter is not None
+
+    def send(self, data: bytes, head: bool) -> asyncio.Future[Answer]:
+        """Write one request; the future answers (status, Retry-After) or fails. Its total
+        timeout is the caller's (:mod:`worker.http1.deadlines`: :meth:`timed_out`)."""
         waiter = self._waiter = self._loop.create_future()
-        self._timer = self._loop.call_at(deadline, self._timed_out)
+        self.sent += 1
         self._head = head
         self._status = self._body = 0
         self._retry_after = None
@@ -86,12 +93,15 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
         return waiter
 
+    def expire(self, sent: int) -> None:
+        """Request number ``sent`` ran past its total timeout: if it is still waiting, fail it
+        and drop the connection."""
+        if self.sent == sent and self._waiter is not None:
+            self._fail(TimeoutError())
+
     def abort(self) -> None:
         """Drop the connection at once (the caller gave up on its request)."""
         self.closed = True
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         self._waiter = None
         if self.transport is not None:
             self.transport.abort()
@@ -175,9 +185,6 @@ class Connection(asyncio.Protocol):
     def _finish(self, reuse: bool) -> None:
         waiter, self._waiter = self._waiter, None
         assert waiter is not None
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
         if not waiter.done():
             waiter.set_result((self._status, self._retry_after))
         if reuse and not self.closed:
@@ -191,10 +198,6 @@ class Connection(asyncio.Protocol):
         self.abort()
         if waiter is not None and not waiter.done():
             waiter.set_exception(exc)
-
-    def _timed_out(self) -> None:
-        self._timer = None
-        self._fail(TimeoutError())
 
     def _close(self) -> None:
         self.closed = True

@@ -14,7 +14,8 @@ replaces when ``EMQ_WORKER_HTTP_CLIENT=lean``:
   header HTTP cannot carry, :mod:`worker.http1.wire`), neither retryable.
 
 Per push: one cached URL lookup, the request bytes, an idle connection popped from a list,
-one write, one future awaited (with one timer for the total timeout). No task, no lock.
+one write, one future awaited, one entry in the deadline queue (:mod:`worker.http1.deadlines`).
+No task, no lock, no timer.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import time
 from emq.core.errors import DeliveryError
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from worker.http1.connection import BadResponse, ConnectionLost
+from worker.http1.deadlines import Deadlines
 from worker.http1.pool import SWEEP_S, Pool
 from worker.http1.wire import TARGET_CACHE_SIZE, Target, request_bytes, target_of
 from worker.push import parse_retry_after
@@ -50,6 +52,7 @@ class LeanPusher(Pusher):
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._sweeper: asyncio.TimerHandle | None = None
+        self._deadlines: Deadlines | None = None
         self._targets: dict[str, Target] = {}
 
     async def start(self) -> None:
@@ -57,6 +60,7 @@ class LeanPusher(Pusher):
             return
         self._loop = asyncio.get_running_loop()
         self._pool = Pool(GuardedResolver(self._policy), self._max_body, self._ssl)
+        self._deadlines = Deadlines(self._loop)
         self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
 
     async def __aenter__(self) -> LeanPusher:
@@ -67,6 +71,8 @@ class LeanPusher(Pusher):
         if self._sweeper is not None:
             self._sweeper.cancel()
             self._sweeper = None
+        if self._deadlines is not None:
+            self._deadlines.close()
         if self._pool is not None:
             pool, self._pool = self._pool, None
             pool.close()
@@ -92,8 +98,8 @@ class LeanPusher(Pusher):
     async def push(self, request: PushRequest) -> PushResult:
         if self._pool is None:
             await self.start()
-        pool, loop = self._pool, self._loop
-        assert pool is not None and loop is not None
+        pool, loop, deadlines = self._pool, self._loop, self._deadlines
+        assert pool is not None and loop is not None and deadlines is not None
         target = self._targets.get(request.url) or self._target(request.url)
         data = request_bytes(request.method, target, request.headers, request.body)
         start = time.perf_counter()
@@ -102,7 +108,13 @@ class LeanPusher(Pusher):
         try:
             if conn is None:
                 conn = await pool.open(target, self._connect_s)
-            status, retry_after = await conn.send(data, deadline, request.method == "HEAD")
+                answer = conn.send(data, request.method == "HEAD")
+                # sent later than the requests queued since: out of the queue's order
+                loop.call_at(deadline, conn.expire, conn.sent)
+            else:
+                answer = conn.send(data, request.method == "HEAD")
+                deadlines.add(deadline, conn)
+            status, retry_after = await answer
         except DeliveryError:
             raise
         except TimeoutError:
