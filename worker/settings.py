@@ -41,7 +41,7 @@ class WorkerSettings:
     request_timeout_s: float = setting(10.0, greater_than(0))
     max_response_bytes: int = setting(64 * 1024, at_least(0))
     # the push executor (worker.pushers): "lean" (asyncio protocols + httptools) or "aiohttp"
-    http_client: str = setting("aiohttp", matching("|".join(HTTP_CLIENTS), "lean or aiohttp"))
+    http_client: str = setting("lean", matching("|".join(HTTP_CLIENTS), "lean or aiohttp"))
     # fetch about this many seconds of a group's quota ahead
     buffer_seconds: float = setting(2.0, greater_than(0))
     # payload bytes held in buffers at most (worker.fetch)

