@@ -18,6 +18,7 @@ import trustme
 
 from emq.core.interfaces import PushRequest
 from worker.http1 import LeanPusher
+from worker.http1.pool import KEEPALIVE_S
 from worker.pushers import HTTP_CLIENTS, make_pusher
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy
@@ -221,3 +222,17 @@ async def test_tls_that_does_not_verify_is_a_connect_failure(
     assert result.status == 0 and result.error is not None
     assert result.error.startswith("connect failed") and "certificate" in result.error.lower()
     assert rx.requests == []
+
+
+async def test_idle_connections_past_keep_alive_are_closed_by_the_sweep(
+    pusher: LeanPusher,
+) -> None:
+    async with Receiver(lambda c, n: OK) as rx:
+        assert (await pusher.push(_req(rx.url()))).status == 200
+        assert pusher.connections == 1
+        pusher.sweep(asyncio.get_running_loop().time() + KEEPALIVE_S - 1)  # not yet
+        assert (await pusher.push(_req(rx.url()))).status == 200
+        assert rx.connections == 1
+        pusher.sweep(asyncio.get_running_loop().time() + KEEPALIVE_S + 1)
+        assert (await pusher.push(_req(rx.url()))).status == 200
+    assert rx.connections == 2

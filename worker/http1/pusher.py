@@ -82,6 +82,11 @@ class LeanPusher(Pusher):
         """Connections open now, idle or busy (for tests and status)."""
         return len(self._pool) if self._pool is not None else 0
 
+    def sweep(self, now: float) -> None:
+        """Close the connections idle since before ``now`` less the keep-alive (loop time)."""
+        if self._pool is not None:
+            self._pool.sweep(now)
+
     def _sweep(self) -> None:
         if self._pool is None or self._loop is None:
             return
