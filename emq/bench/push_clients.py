@@ -65,7 +65,8 @@ def _best(rounds: list[dict[str, Any]]) -> dict[str, Any]:
     return {**best, "rounds_requests_per_s": [r["requests_per_s"] for r in measured]}
 
 
-def _ratios(best: dict[str, dict[str, Any]]) -> None:
+def add_ratios(best: dict[str, dict[str, Any]]) -> None:
+    """Each measured client's rate and CPU per request as multiples of tuned aiohttp's."""
     base = best.get("aiohttp", {})
     for figures in best.values():
         if "requests_per_s" not in figures or "requests_per_s" not in base:
@@ -86,7 +87,7 @@ async def run_async(concurrency: int, duration_s: float, rounds: int) -> dict[st
                 for client in CLIENTS:
                     runs[client].append(await client_run(sink, client, concurrency, duration_s))
     best = {client: _best(r) for client, r in runs.items()}
-    _ratios(best)
+    add_ratios(best)
     return {
         "bench": "push-clients",
         "concurrency": concurrency,
