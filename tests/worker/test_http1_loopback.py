@@ -236,3 +236,14 @@ async def test_idle_connections_past_keep_alive_are_closed_by_the_sweep(
         pusher.sweep(asyncio.get_running_loop().time() + KEEPALIVE_S + 1)
         assert (await pusher.push(_req(rx.url()))).status == 200
     assert rx.connections == 2
+
+
+async def test_closing_the_executor_ends_pushes_in_flight() -> None:
+    async with Receiver(lambda c, n: None) as rx:
+        pusher = LeanPusher(WorkerSettings(), LOOPBACK)
+        task = asyncio.create_task(pusher.push(_req(rx.url())))
+        while not rx.requests:
+            await asyncio.sleep(0.01)
+        await pusher.aclose()
+        result = await asyncio.wait_for(task, 5)
+    assert result.status == 0 and result.error is not None and "closed" in result.error

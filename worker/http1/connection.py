@@ -100,11 +100,8 @@ class Connection(asyncio.Protocol):
             self._fail(TimeoutError())
 
     def abort(self) -> None:
-        """Drop the connection at once (the caller gave up on its request)."""
-        self.closed = True
-        self._waiter = None
-        if self.transport is not None:
-            self.transport.abort()
+        """Drop the connection at once; a request still waiting fails (the executor closes)."""
+        self._fail(ConnectionLost("connection closed by the client"))
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -194,9 +191,11 @@ class Connection(asyncio.Protocol):
             self._close()
 
     def _fail(self, exc: BaseException) -> None:
-        waiter = self._waiter
-        self.abort()
-        if waiter is not None and not waiter.done():
+        waiter, self._waiter = self._waiter, None
+        self.closed = True
+        if self.transport is not None:
+            self.transport.abort()
+        if waiter is not None and not waiter.done():  # (not when its caller was cancelled)
             waiter.set_exception(exc)
 
     def _close(self) -> None:
