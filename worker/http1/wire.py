@@ -75,9 +75,12 @@ def target_of(text: str, policy: AddressPolicy) -> Target:
 
 def check_headers(headers: Mapping[str, str]) -> None:
     """Refuse headers HTTP cannot carry or that the client writes itself (module docstring)."""
+    if not headers:
+        return
     names = "\n".join(headers)
-    if _NAME_FORBIDDEN.search(names) or "" in headers:
-        bad = next(n for n in headers if not n or _NAME_FORBIDDEN.search(n))
+    # (the count: a "\n" inside a name would pass for a separator)
+    if _NAME_FORBIDDEN.search(names) or names.count("\n") != len(headers) - 1 or "" in headers:
+        bad = next(n for n in headers if not n or "\n" in n or _NAME_FORBIDDEN.search(n))
         raise Undeliverable(f"undeliverable: header name {bad!r} is not a token")
     reserved = _RESERVED.search(names)
     if reserved:
