@@ -147,6 +147,15 @@ async def test_a_body_delimited_by_the_close_is_an_answer() -> None:
     assert outcome(fut) == (200, None) and x.released == []
 
 
+async def test_a_body_in_a_coding_that_is_not_chunked_ends_at_the_close() -> None:
+    x = Exchange()
+    fut = x.send()
+    x.feed(b"HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip\r\n\r\n\x1f\x8b...")
+    assert not fut.done()
+    x.feed(eof=True)
+    assert outcome(fut) == (200, None) and x.released == []
+
+
 async def test_a_body_cut_short_is_a_lost_connection() -> None:
     x = Exchange()
     fut = x.send()

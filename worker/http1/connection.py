@@ -68,7 +68,7 @@ class Connection(asyncio.Protocol):
         self._head = False
         self._status = 0
         self._retry_after: bytes | None = None
-        self._framed = False  # Content-Length or Transfer-Encoding seen: the body ends itself
+        self._framed = False  # Content-Length or chunked: the body ends itself (no close needed)
         self._headers_done = False
         self._informational = False
         self._body = 0
@@ -82,7 +82,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, data: bytes, head: bool) -> asyncio.Future[Answer]:
         """Write one request; the future answers (status, Retry-After) or fails. Its total
-        timeout is the caller's (:mod:`worker.http1.deadlines`: :meth:`timed_out`)."""
+        timeout is the caller's (:mod:`worker.http1.deadlines`: :meth:`expire`)."""
         waiter = self._waiter = self._loop.create_future()
         self.sent += 1
         self._head = head
@@ -146,8 +146,11 @@ class Connection(asyncio.Protocol):
         if n == 11:
             if name.lower() == b"retry-after":
                 self._retry_after = value
-        elif n in (14, 17) and name.lower() in (b"content-length", b"transfer-encoding"):
+        elif n == 14 and name.lower() == b"content-length":
             self._framed = True
+        elif n == 17 and name.lower() == b"transfer-encoding":
+            # chunked last: the body ends itself; any other coding: read until the close
+            self._framed = value.rstrip().lower().endswith(b"chunked")
 
     def on_headers_complete(self) -> None:
         if self._waiter is None:  # a second answer in one read: unsolicited
