@@ -53,7 +53,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.name == "push-clients":  # issue 14: the push path's HTTP client candidates
         from emq.bench import push_clients
 
-        doc = push_clients.run(args.concurrency, args.duration_s or 3.0)
+        duration_s = 3.0 if args.duration_s is None else args.duration_s
+        doc = push_clients.run(args.concurrency, duration_s)
         print(json.dumps(doc, indent=2) if args.json else push_clients.summary(doc))
         return 0
     if args.duration_s is None:
