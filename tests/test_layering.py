@@ -95,6 +95,7 @@ RULES = {
                 "orjson",
                 "prometheus_client",
                 "standardwebhooks",
+                "httptools",
             }
         ),
         frozenset({"redis", "pyspark"}),

@@ -22,7 +22,7 @@ from emq.core.jobs import JobStore
 from emq.core.model import Namespace
 from emq.core.replays import ReplayStore
 from worker.metrics import WorkerMetrics
-from worker.push import PushExecutor
+from worker.pushers import make_pusher
 from worker.replay import ReplayMover
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
@@ -172,7 +172,7 @@ async def run_worker(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal)
-    async with PushExecutor(settings, AddressPolicy(allow)) as pusher:
+    async with make_pusher(settings, AddressPolicy(allow)) as pusher:
         worker = Worker(
             worker_id,
             namespace,

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import email.utils
 import logging
+import ssl
 import time
 
 import aiohttp
@@ -52,9 +53,15 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
 class PushExecutor(Pusher):
     """Sends :class:`PushRequest` s; use as ``async with`` or call :meth:`start`/:meth:`aclose`."""
 
-    def __init__(self, settings: WorkerSettings, policy: AddressPolicy) -> None:
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        policy: AddressPolicy,
+        ssl_context: ssl.SSLContext | None = None,  # None: the system's CAs, verified
+    ) -> None:
         self._settings = settings
         self._policy = policy
+        self._ssl: ssl.SSLContext | bool = ssl_context if ssl_context is not None else True
         self._session: aiohttp.ClientSession | None = None
         self._urls: dict[str, URL] = {}
 
@@ -66,6 +73,7 @@ class PushExecutor(Pusher):
             limit=0,  # the sender pool is the limit
             ttl_dns_cache=10,
             enable_cleanup_closed=True,
+            ssl=self._ssl,
         )
         self._session = aiohttp.ClientSession(
             connector=connector,

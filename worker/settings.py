@@ -15,6 +15,7 @@ from emq.core.settings import at_least, between, greater_than, matching, setting
 METRICS_AUTO = "auto"
 METRICS_AUTO_PORTS = range(9101, 9200)  # "auto" takes the first free one: a worker per core
 _MIB = 1024 * 1024
+HTTP_CLIENTS = ("lean", "aiohttp")  # worker.pushers: the push executor of each
 
 
 def _metrics_port(value: Any) -> None:
@@ -39,6 +40,8 @@ class WorkerSettings:
     connect_timeout_s: float = setting(5.0, greater_than(0))
     request_timeout_s: float = setting(10.0, greater_than(0))
     max_response_bytes: int = setting(64 * 1024, at_least(0))
+    # the push executor (worker.pushers): "lean" (asyncio protocols + httptools) or "aiohttp"
+    http_client: str = setting("lean", matching("|".join(HTTP_CLIENTS), "lean or aiohttp"))
     # fetch about this many seconds of a group's quota ahead
     buffer_seconds: float = setting(2.0, greater_than(0))
     # payload bytes held in buffers at most (worker.fetch)

@@ -12,7 +12,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   per-job cost (fetch, decode, dispatch, sign, push, checkpoint) is inside it. Against the same
   sink process, the plain aiohttp client ceiling (:mod:`emq.bench.ceiling`). They take turns:
   client (64 concurrent requests), worker, client (64), worker, client (``senders``, 256); the
-  worker runs with its defaults (256 senders, governed), and each side's best run counts.
+  worker runs with its defaults (256 senders, governed), and each side's best run counts. Then
+  the raw asyncio floor (:mod:`emq.bench.push_client_run` ``raw``: no client code at all) once,
+  for ``ratio_to_raw``. ``EMQ_WORKER_HTTP_CLIENT`` picks the worker's push executor.
 * **W2 --noop**: the same queues with a no-op pusher: worker CPU seconds per delivered job.
 * **W3** quota precision: 50 topics x 150 QPS, backlogged; per topic and full wall-clock second
   at the sink, delivered / 150; from the sink's delivery log, per topic the busiest *sliding*
@@ -66,6 +68,7 @@ from emq.core.errors import EmqError
 SUMMARY_EXTRA = {
     "W2": (
         "ceiling_requests_per_s",
+        "ratio_to_raw",
         "worker_cpu_us_per_job",
         "cpu_pct_of_core",
         "worker_runs_jobs_per_s",

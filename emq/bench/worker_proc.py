@@ -42,7 +42,7 @@ from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
 from emq.core.naming import RedisKeys
 from worker.main import raise_fd_limit, tune_gc
-from worker.push import PushExecutor
+from worker.pushers import make_pusher
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy
@@ -64,6 +64,7 @@ gc.callbacks.append(_time_gc)
 
 NAMESPACE = Namespace.ONLINE
 ALLOW = (ipaddress.ip_network("127.0.0.0/8"),)
+CLIENT_ENV = "EMQ_WORKER_HTTP_CLIENT"
 
 
 class NoopPusher(Pusher):
@@ -145,7 +146,10 @@ class Control:
 
 
 async def run(spec: dict[str, Any]) -> None:
-    settings = WorkerSettings(**{"metrics_port": "0", **spec.get("settings", {})})
+    # EMQ_WORKER_HTTP_CLIENT picks the push executor here as in ``emq worker`` (the benchmark
+    # compares them: ``EMQ_WORKER_HTTP_CLIENT=lean emq bench dispatch --workload W2``).
+    client = {"http_client": os.environ[CLIENT_ENV]} if CLIENT_ENV in os.environ else {}
+    settings = WorkerSettings(**{"metrics_port": "0", **client, **spec.get("settings", {})})
     queues = await connect(spec["redis_url"], cluster=False, prefix=spec["prefix"])
     history = RedisHistoryStore(
         aioredis.Redis.from_url(spec["redis_url"]), RedisKeys(spec["prefix"]), owns_client=True
@@ -155,7 +159,7 @@ async def run(spec: dict[str, Any]) -> None:
     assignment = StandaloneAssignment(config, NAMESPACE)
     pusher: Pusher = NoopPusher()
     if not spec.get("noop"):
-        pusher = executor = PushExecutor(settings, AddressPolicy(ALLOW))
+        pusher = executor = make_pusher(settings, AddressPolicy(ALLOW))
         await executor.start()
     try:
         await _run_worker(spec, settings, queues, config, assignment, pusher, history)

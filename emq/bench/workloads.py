@@ -35,6 +35,7 @@ from emq.bench.harness import (
     topic_ref,
 )
 from emq.bench.machine import describe
+from emq.bench.push_clients import client_run
 from emq.core.errors import EmqError
 from emq.core.model import PRIORITIES
 from worker.settings import WorkerSettings
@@ -166,12 +167,18 @@ async def w2(h: Harness, duration_s: float) -> dict[str, Any]:
     ceilings.append(await _ceiling(h, SENDERS, duration_s))
     best = max(c["requests_per_s"] for c in ceilings)
     run = max(runs, key=lambda r: r["jobs_per_s"])
+    raw = await client_run(h.sink, "raw", 64, duration_s)  # the event loop's own floor
     return judge(
         "W2",
         {
             "jobs_per_s": run["jobs_per_s"],
             "ceiling_requests_per_s": best,
             "ratio": round(run["jobs_per_s"] / best, 3),
+            "raw_ceiling_requests_per_s": raw.get("requests_per_s", 0.0),
+            "ratio_to_raw": round(run["jobs_per_s"] / raw["requests_per_s"], 3)
+            if raw.get("requests_per_s")
+            else None,
+            "raw_ceiling": raw,
             **run,
             "queues": 3 * len(W2_TOPICS),
             "ceilings": ceilings,

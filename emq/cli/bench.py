@@ -50,6 +50,13 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = endpoints.run(args.duration_s or 30.0)
         print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
         return 0 if doc["pass"] else 1
+    if args.name == "push-clients":  # issue 14: the push path's HTTP client candidates
+        from emq.bench import push_clients
+
+        duration_s = 3.0 if args.duration_s is None else args.duration_s
+        doc = push_clients.run(args.concurrency, duration_s)
+        print(json.dumps(doc, indent=2) if args.json else push_clients.summary(doc))
+        return 0
     if args.duration_s is None:
         args.duration_s = 10.0
     if args.name == "tenant-quota":
@@ -134,6 +141,7 @@ def add_commands(sub: Subparsers) -> None:
             "promises",
             "replay",
             "endpoints",
+            "push-clients",
             "tenant-quota",
             "all",
         ],
@@ -184,6 +192,9 @@ def add_commands(sub: Subparsers) -> None:
         default="default",
         help="enqueue: EMQ_DURABILITY of the API and the Redis it starts (fsync: appendfsync "
         "always; replica: plus one replica); compare: the three interleaved, 3 rounds, medians",
+    )
+    bench.add_argument(
+        "--concurrency", type=int, default=64, help="push-clients: requests at once (64)"
     )
     bench.add_argument("--qps", type=int, default=1000, help="replay: the topic's quota (1000)")
     bench.add_argument(

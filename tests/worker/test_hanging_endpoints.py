@@ -17,7 +17,7 @@ import pytest
 
 from emq.core.interfaces import PushRequest
 from tests.worker.conftest import Sink, Stack, full_seconds
-from worker.push import PushExecutor
+from worker.pushers import HTTP_CLIENTS, make_pusher
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy
 
@@ -64,7 +64,8 @@ async def test_healthy_topics_keep_their_quota_beside_more_hanging_requests_than
         assert len(sink.of(name)) >= 4 * 5, (name, len(sink.of(name)))
 
 
-async def test_a_connect_that_hangs_ends_at_the_connect_timeout_not_the_total() -> None:
+@pytest.mark.parametrize("client", HTTP_CLIENTS)
+async def test_a_connect_that_hangs_ends_at_the_connect_timeout_not_the_total(client: str) -> None:
     # A listener whose accept queue is full drops further SYNs: a connect that never completes,
     # as to a host that has vanished behind a firewall.
     listener = socket.socket()
@@ -79,9 +80,9 @@ async def test_a_connect_that_hangs_ends_at_the_connect_timeout_not_the_total() 
             with contextlib.suppress(BlockingIOError):
                 filler.connect(("127.0.0.1", port))
             fillers.append(filler)
-        settings = WorkerSettings(connect_timeout_s=0.3, request_timeout_s=10.0)
+        settings = WorkerSettings(connect_timeout_s=0.3, request_timeout_s=10.0, http_client=client)
         policy = AddressPolicy((ipaddress.ip_network("127.0.0.0/8"),))
-        async with PushExecutor(settings, policy) as pusher:
+        async with make_pusher(settings, policy) as pusher:
             start = time.monotonic()
             result = await pusher.push(
                 PushRequest(f"http://127.0.0.1:{port}/x", "POST", {}, b"{}", "t")

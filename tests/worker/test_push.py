@@ -1,4 +1,8 @@
-"""The push executor on real HTTP over loopback: SSRF matrix, signatures, timeouts, caps."""
+"""The push executors on real HTTP over loopback: SSRF matrix, signatures, timeouts, caps.
+
+Every test that pushes runs against both executors (``EMQ_WORKER_HTTP_CLIENT``: the aiohttp
+session and the lean protocol client, :mod:`worker.pushers`); the lean client's own edge cases
+(crafted responses, TLS) are in ``test_http1*.py``."""
 
 from __future__ import annotations
 
@@ -7,7 +11,8 @@ import base64
 import ipaddress
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -19,7 +24,8 @@ from standardwebhooks import Webhook
 from emq.core.errors import DestinationRefused, Undeliverable
 from emq.core.interfaces import PushRequest
 from emq.rigs.sink import Sink
-from worker.push import PushExecutor, parse_retry_after
+from worker.push import parse_retry_after
+from worker.pushers import HTTP_CLIENTS, make_pusher
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
 from worker.ssrf import AddressPolicy
@@ -57,6 +63,21 @@ async def listener() -> AsyncIterator[Listener]:
     await lst.server.wait_closed()
 
 
+Make = Callable[[WorkerSettings, AddressPolicy], Any]
+
+
+@pytest.fixture(params=HTTP_CLIENTS)
+def client(request: pytest.FixtureRequest) -> str:
+    """The executor under test: ``lean`` or ``aiohttp``."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make(client: str) -> Make:
+    """Builds the executor under test (``async with make(settings, policy) as pusher``)."""
+    return lambda settings, policy: make_pusher(replace(settings, http_client=client), policy)
+
+
 def _req(url: str, **kw: Any) -> PushRequest:
     return PushRequest(
         url=url, method="POST", headers=kw.pop("headers", {}), body=b"{}", endpoint="t", **kw
@@ -81,8 +102,10 @@ REFUSED_HOSTS = [
 
 
 @pytest.mark.parametrize("host", REFUSED_HOSTS)
-async def test_no_connection_reaches_a_refused_address(listener: Listener, host: str) -> None:
-    async with PushExecutor(WorkerSettings(), AddressPolicy()) as pusher:
+async def test_no_connection_reaches_a_refused_address(
+    listener: Listener, host: str, make: Make
+) -> None:
+    async with make(WorkerSettings(), AddressPolicy()) as pusher:
         with pytest.raises(DestinationRefused) as info:
             result = await pusher.push(_req(f"http://{host}:{listener.port}/hook"))
             pytest.fail(f"{host} was not refused: {result}")
@@ -138,12 +161,12 @@ async def sink() -> AsyncIterator[Sink]:
         yield s
 
 
-async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: Sink) -> None:
+async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: Sink, make: Make) -> None:
     body = json.dumps({"order": 1})
     headers = {"Content-Type": "application/json"} | signature_headers(
         SECRET, "msg_1", time.time(), body
     )
-    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+    async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(
             PushRequest(sink.url("hook"), "POST", headers, body.encode(), endpoint="t")
         )
@@ -153,30 +176,30 @@ async def test_allowlisted_push_is_delivered_signed_and_verifies(sink: Sink) -> 
     assert "Cookie" not in got_headers and "User-Agent" not in got_headers
 
 
-async def test_redirects_are_not_followed(sink: Sink) -> None:
+async def test_redirects_are_not_followed(sink: Sink, make: Make) -> None:
     sink.behaviour["hook"].status = 302
     sink.behaviour["hook"].headers = {"Location": "http://169.254.169.254/latest"}
-    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+    async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(_req(sink.url("hook")))
     assert result.status == 302
     assert sum(sink.attempts.values()) == 1
 
 
 @pytest.mark.serial
-async def test_timeout_is_an_error_result_not_an_exception(sink: Sink) -> None:
+async def test_timeout_is_an_error_result_not_an_exception(sink: Sink, make: Make) -> None:
     sink.behaviour["slow"].delay_s = 2.0
     settings = WorkerSettings(request_timeout_s=0.3)
-    async with PushExecutor(settings, AddressPolicy(LOOPBACK)) as pusher:
+    async with make(settings, AddressPolicy(LOOPBACK)) as pusher:
         start = time.monotonic()
         result = await pusher.push(_req(sink.url("slow")))
     assert result.status == 0 and result.error == "timed out"
     assert time.monotonic() - start < 1.5
 
 
-async def test_connection_refused_is_retryable_result() -> None:
+async def test_connection_refused_is_retryable_result(make: Make) -> None:
     from emq.stack import free_port
 
-    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+    async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(_req(f"http://127.0.0.1:{free_port()}/x"))
     assert result.status == 0 and result.error and "connect" in result.error
 
@@ -192,35 +215,34 @@ async def test_connection_refused_is_retryable_result() -> None:
     ],
 )
 async def test_a_request_that_cannot_be_sent_is_undeliverable_not_a_crash(
-    listener: Listener, url: str, headers: dict[str, str]
+    listener: Listener, url: str, headers: dict[str, str], make: Make, client: str
 ) -> None:
-    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+    async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         with pytest.raises(Undeliverable) as info:
             await pusher.push(_req(url.format(port=listener.port), headers=headers))
         assert info.value.retryable is False and info.value.message.startswith("undeliverable")
-    # A bad URL is refused before connecting; aiohttp checks headers as it writes them.
-    assert listener.connections == (1 if headers else 0)
+    # A bad URL is refused before connecting; aiohttp checks headers as it writes them, the
+    # lean client before it connects.
+    assert listener.connections == (1 if headers and client == "aiohttp" else 0)
 
 
-async def test_a_host_that_resolves_to_nothing_is_a_retryable_result() -> None:
-    async with PushExecutor(WorkerSettings(), AddressPolicy()) as pusher:
+async def test_a_host_that_resolves_to_nothing_is_a_retryable_result(make: Make) -> None:
+    async with make(WorkerSettings(), AddressPolicy()) as pusher:
         result = await pusher.push(_req("http://nothing-here.invalid/x"))
     assert result.status == 0 and result.error and "resolve" in result.error
 
 
-async def test_response_reads_are_capped(sink: Sink) -> None:
+async def test_response_reads_are_capped(sink: Sink, make: Make) -> None:
     sink.behaviour["big"].body = b"x" * (5 * 1024 * 1024)
-    async with PushExecutor(
-        WorkerSettings(max_response_bytes=1024), AddressPolicy(LOOPBACK)
-    ) as pusher:
+    async with make(WorkerSettings(max_response_bytes=1024), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(_req(sink.url("big")))
     assert result.status == 200
 
 
-async def test_retry_after_is_parsed_from_the_response(sink: Sink) -> None:
+async def test_retry_after_is_parsed_from_the_response(sink: Sink, make: Make) -> None:
     sink.behaviour["busy"].status = 429
     sink.behaviour["busy"].retry_after = "7"
-    async with PushExecutor(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
+    async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
         result = await pusher.push(_req(sink.url("busy")))
     assert (result.status, result.retry_after_s) == (429, 7.0)
 

@@ -13,7 +13,7 @@ one module per seam (this package exports every public name, so callers import f
   owns, with their epochs (``allocator``: the ZooKeeper fleet; ``worker``: the standalone "own
   everything" source).
 * :class:`Pusher` (:mod:`~emq.core.interfaces.push`) — delivers one HTTP request (``worker``: the
-  aiohttp push executor).
+  lean HTTP/1.1 client or the aiohttp session, by ``EMQ_WORKER_HTTP_CLIENT``).
 * :class:`FleetView` (:mod:`~emq.core.interfaces.fleet`) — the fleet's members and assignment,
   for operators (``allocator``).
 * :class:`HistoryStore` (:mod:`~emq.core.interfaces.history`) — traffic history and rates.

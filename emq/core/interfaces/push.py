@@ -1,4 +1,4 @@
-"""The push seam: delivers one HTTP request (``worker``: the aiohttp push executor)."""
+"""The push seam: delivers one HTTP request (``worker``: the lean HTTP/1.1 client or aiohttp)."""
 
 from __future__ import annotations
 

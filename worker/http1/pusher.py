@@ -1,0 +1,140 @@
+"""The lean push executor: the :class:`~emq.core.interfaces.Pusher` on the protocol client.
+
+The same contract as the aiohttp executor (:class:`worker.push.PushExecutor`), which it
+replaces when ``EMQ_WORKER_HTTP_CLIENT=lean``:
+
+* connect only to addresses the SSRF guard checked (:mod:`worker.http1.pool`), the ``Host``
+  header from the URL; TLS verified, SNI the URL's host;
+* a connect timeout (resolving, connecting and the TLS handshake) and a total timeout (the
+  whole request): both end in ``PushResult(0, error="timed out")``;
+* redirects are never followed (a 3xx is an answer like any other);
+* at most ``max_response_bytes`` of a body read; the status and ``Retry-After`` are the answer;
+* what a push ends in: a :class:`PushResult` (an answer, a timeout, a transport failure: the
+  caller retries), or ``DestinationRefused`` (the guard) or ``Undeliverable`` (a URL, method or
+  header HTTP cannot carry, :mod:`worker.http1.wire`), neither retryable.
+
+Per push: one cached URL lookup, the request bytes, an idle connection popped from a list,
+one write, one future awaited, one entry in the deadline queue (:mod:`worker.http1.deadlines`).
+No task, no lock, no timer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+
+from emq.core.errors import DeliveryError
+from emq.core.interfaces import Pusher, PushRequest, PushResult
+from worker.http1.connection import BadResponse, ConnectionLost
+from worker.http1.deadlines import Deadlines
+from worker.http1.pool import SWEEP_S, Pool
+from worker.http1.wire import TARGET_CACHE_SIZE, Target, request_bytes, target_of
+from worker.push import parse_retry_after
+from worker.settings import WorkerSettings
+from worker.ssrf import AddressPolicy, GuardedResolver
+
+
+class LeanPusher(Pusher):
+    """Sends :class:`PushRequest` s; use as ``async with`` or call :meth:`start`/:meth:`aclose`."""
+
+    def __init__(
+        self,
+        settings: WorkerSettings,
+        policy: AddressPolicy,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self._policy = policy
+        self._total_s = settings.request_timeout_s
+        self._connect_s = min(settings.connect_timeout_s, settings.request_timeout_s)
+        self._max_body = settings.max_response_bytes
+        self._ssl = ssl_context
+        self._pool: Pool | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._deadlines: Deadlines | None = None
+        self._targets: dict[str, Target] = {}
+
+    async def start(self) -> None:
+        if self._pool is not None:
+            return
+        self._loop = asyncio.get_running_loop()
+        self._pool = Pool(GuardedResolver(self._policy), self._max_body, self._ssl)
+        self._deadlines = Deadlines(self._loop)
+        self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
+
+    async def __aenter__(self) -> LeanPusher:
+        await self.start()
+        return self
+
+    async def aclose(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        if self._deadlines is not None:
+            self._deadlines.close()
+        if self._pool is not None:
+            pool, self._pool = self._pool, None
+            pool.close()
+
+    @property
+    def connections(self) -> int:
+        """Connections open now, idle or busy (for tests and status)."""
+        return len(self._pool) if self._pool is not None else 0
+
+    def sweep(self, now: float) -> None:
+        """Close the connections idle since before ``now`` less the keep-alive (loop time)."""
+        if self._pool is not None:
+            self._pool.sweep(now)
+
+    def _sweep(self) -> None:
+        if self._pool is None or self._loop is None:
+            return
+        self._pool.sweep(self._loop.time())
+        self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
+
+    def _target(self, text: str) -> Target:
+        target = target_of(text, self._policy)
+        if len(self._targets) >= TARGET_CACHE_SIZE:
+            self._targets.clear()
+        self._targets[text] = target
+        return target
+
+    async def push(self, request: PushRequest) -> PushResult:
+        if self._pool is None:
+            await self.start()
+        pool, loop, deadlines = self._pool, self._loop, self._deadlines
+        assert pool is not None and loop is not None and deadlines is not None
+        target = self._targets.get(request.url) or self._target(request.url)
+        data = request_bytes(request.method, target, request.headers, request.body)
+        start = time.perf_counter()
+        deadline = loop.time() + self._total_s
+        conn = pool.idle(target.key)
+        try:
+            if conn is None:
+                conn = await pool.open(target, self._connect_s)
+                answer = conn.send(data, request.method == "HEAD")
+                # sent later than the requests queued since: out of the queue's order
+                loop.call_at(deadline, conn.expire, conn.sent)
+            else:
+                answer = conn.send(data, request.method == "HEAD")
+                deadlines.add(deadline, conn)
+            status, retry_after = await answer
+        except DeliveryError:
+            raise
+        except TimeoutError:
+            return PushResult(0, time.perf_counter() - start, error="timed out")
+        except (ConnectionLost, BadResponse) as e:
+            return PushResult(0, time.perf_counter() - start, error=f"{type(e).__name__}: {e}")
+        except OSError as e:  # could not connect: refused, unreachable, unresolvable, TLS
+            return PushResult(0, time.perf_counter() - start, error=f"connect failed: {e}")
+        except asyncio.CancelledError:
+            if conn is not None:
+                conn.abort()  # its answer will never be read: the connection is unusable
+            raise
+        elapsed = time.perf_counter() - start
+        if retry_after is None:
+            return PushResult(status, elapsed)
+        return PushResult(
+            status, elapsed, parse_retry_after(retry_after.decode("latin-1"), time.time())
+        )
