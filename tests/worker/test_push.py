@@ -199,9 +199,12 @@ async def test_timeout_is_an_error_result_not_an_exception(sink: Sink, make: Mak
 async def test_connection_refused_is_retryable_result(make: Make) -> None:
     from emq.stack import free_port
 
+    port = free_port()
     async with make(WorkerSettings(), AddressPolicy(LOOPBACK)) as pusher:
-        result = await pusher.push(_req(f"http://127.0.0.1:{free_port()}/x"))
+        result = await pusher.push(_req(f"http://127.0.0.1:{port}/x"))
+    # Both executors name where: the DLQ's reader (and the README walk-through) looks for it.
     assert result.status == 0 and result.error and "connect" in result.error
+    assert f"127.0.0.1:{port}" in result.error
 
 
 @pytest.mark.parametrize(

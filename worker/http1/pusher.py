@@ -127,7 +127,10 @@ class LeanPusher(Pusher):
         except (ConnectionLost, BadResponse) as e:
             return PushResult(0, time.perf_counter() - start, error=f"{type(e).__name__}: {e}")
         except OSError as e:  # could not connect: refused, unreachable, unresolvable, TLS
-            return PushResult(0, time.perf_counter() - start, error=f"connect failed: {e}")
+            # Named as host:port: the operator reading the DLQ sees where it could not connect.
+            where = f"[{target.host}]" if ":" in target.host else target.host
+            error = f"cannot connect to {where}:{target.port}: {e.strerror or e}"
+            return PushResult(0, time.perf_counter() - start, error=error)
         except asyncio.CancelledError:
             if conn is not None:
                 conn.abort()  # its answer will never be read: the connection is unusable
