@@ -235,6 +235,16 @@ class Fetcher:
 
     # ------------------------------------------------------------------ signals
 
+    def address_to(self, worker: str) -> None:
+        """Read the hints the fleet addresses to ``worker`` too (:mod:`emq.core.signals`)."""
+        groups = self._groups
+
+        def owns(name: str) -> bool:
+            group = groups.get(name)
+            return group is not None and not group.dropped
+
+        self._queues.address_to(worker, owns)
+
     async def listen(self) -> None:
         """Mark the groups named by ready signals hot."""
         cursor: str | None = None
