@@ -245,6 +245,16 @@ class Fetcher:
 
         self._queues.address_to(worker, owns)
 
+    async def index_claimed(self, groups: list[GroupState]) -> None:
+        """Index the delayed jobs of groups just claimed in this worker's due index: entries
+        addressed to a former owner are read by nobody now (a failure waits for the sweep)."""
+        refs = [g.ref for g in groups if not g.dropped]
+        if refs:
+            try:
+                await self._queues.reindex_delayed(refs)
+            except BackendUnavailable as e:
+                log.warning("due index of %d claimed groups not updated (%s)", len(refs), e)
+
     async def listen(self) -> None:
         """Mark the groups named by ready signals hot."""
         cursor: str | None = None
