@@ -76,9 +76,7 @@ async def test_hints_follow_the_owners_across_a_rebalance(fleet: Fleet) -> None:
             await producer.put([PutItem(g.queue(Priority.MEDIUM), "j2", b"{}")])
         every = {str(g) for g in groups}
         assert await collect(b0, c0, every) == every
-        assert sum(await asyncio.gather(*(b0.promote_due(g, due, 10) for g in moved))) == len(
-            moved
-        )
+        assert sum(await asyncio.gather(*(b0.promote_due(g, due, 10) for g in moved))) == len(moved)
     finally:
         for b in (producer, b0, b1):
             await b.aclose()
