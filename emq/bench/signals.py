@@ -13,8 +13,8 @@ Two parts, one JSON document:
   ``wait_ready`` loop as a worker does, :mod:`emq.bench.signals_proc`) owning ``proc_groups``
   groups (default 10 000) by the same assignment, and one producer putting single jobs on random
   groups at ``rate`` per second for ``duration_s``, first with the shared layout, then addressed
-  to owners. Per worker: the Redis commands it sent for signals per second (XREAD calls, and XADDs handing hints on),
-  the group names it read per second, and both as a share of the producer's puts.
+  to owners. Per worker: the Redis commands it sent for signals per second (XREAD calls, and
+  XADDs handing hints on), the group names it read per second, both as a share of the puts.
 """
 
 from __future__ import annotations

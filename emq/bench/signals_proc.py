@@ -3,8 +3,9 @@
 ``python -m emq.bench.signals_proc SPEC.json``: connects to the store, addresses itself (with
 ``"addressed": true``) as a fleet worker does, takes its cursor, prints ``ready``, reads the
 start time from stdin, then from that time for ``duration_s`` runs the store's ``wait_ready``
-loop as :meth:`worker.fetch.Fetcher.listen` does. Prints one JSON line: the Redis commands it sent for signals (one XREAD per call on a
-standalone server, plus the XADDs handing misaddressed hints on) and the group names it read.
+loop as :meth:`worker.fetch.Fetcher.listen` does. Prints one JSON line: the Redis commands it
+sent for signals (one XREAD per call on a standalone server, plus the XADDs handing misaddressed
+hints on) and the group names it read.
 """
 
 from __future__ import annotations
