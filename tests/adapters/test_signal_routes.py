@@ -168,3 +168,41 @@ async def test_a_worker_signals_and_indexes_its_own_groups_for_itself(fleet: Fle
     _, names = await w1.wait_ready(c1, 1)
     assert names == [str(G1)]
     assert await fleet.raw.xlen(keys.ready()) == 0
+
+
+async def test_the_memory_backend_ignores_addressing() -> None:
+    """One process: nothing to address; a worker addressed all the same reads every signal."""
+    from adapters.memory_queue import MemoryQueueBackend
+
+    async with MemoryQueueBackend() as memory:
+        memory.address_to("w1", lambda name: False)
+        cursor, _ = await memory.wait_ready(None, 0)
+        await memory.put([PutItem(G2.queue(Priority.MEDIUM), "j", b"{}")])
+        assert (await memory.wait_ready(cursor, 1))[1] == [str(G2)]
+
+
+async def test_addressing_switched_off_keeps_the_shared_layout(
+    request: pytest.FixtureRequest, test_id: str
+) -> None:
+    """``EMQ_SIGNAL_ROUTES=false``: routes given or not, every hint goes to the shared keys."""
+    url = _url("redis", request)
+    assert url is not None
+    raw = aioredis.Redis.from_url(url)
+    routes = SignalRoutes({str(G1): "w1"})
+    producer = await connect(url, cluster=False, prefix=test_id, routes=routes, addressed=False)
+    worker = await connect(url, cluster=False, prefix=test_id, addressed=False)
+    try:
+        worker.address_to("w1", lambda name: True)
+        cursor, _ = await worker.wait_ready(None, 0)
+        assert " " not in cursor  # the shared stream's cursor: not addressed
+        await producer.put([PutItem(G1.queue(Priority.MEDIUM), "j", b"{}", due_ms=BASE_MS)])
+        await producer.put([PutItem(G1.queue(Priority.MEDIUM), "k", b"{}")])
+        keys = RedisKeys(test_id)
+        assert await raw.xlen(keys.ready()) == 1 and await raw.zcard(keys.due_index()) == 1
+        assert await raw.exists(keys.inbox("w1"), keys.due_inbox("w1")) == 0
+        assert (await worker.wait_ready(cursor, 1))[1] == [str(G1)]
+    finally:
+        await producer.aclose()
+        await worker.aclose()
+        await _delete_prefix(raw, test_id)
+        await raw.aclose()

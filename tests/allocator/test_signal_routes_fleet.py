@@ -81,3 +81,36 @@ async def test_hints_follow_the_owners_across_a_rebalance(fleet: Fleet) -> None:
         for b in (producer, b0, b1):
             await b.aclose()
         await watch.aclose()
+
+
+async def test_a_document_without_running_owners_routes_nothing(fleet: Fleet) -> None:
+    """A stale assignment (an earlier fleet; standalone workers now): hints stay shared."""
+    from kazoo.client import KazooClient
+
+    from allocator.document import Document, Entry
+    from emq.core.naming import ZkPaths
+
+    s = fleet.settings
+    paths = ZkPaths(s.zk_root)
+    doc = Document(7, "gone", time.time(), {"online/acme/a/g0": Entry("gone", 7)})
+    zk = KazooClient(hosts=s.zk_hosts)
+    await asyncio.to_thread(zk.start, 10)
+    try:
+        await asyncio.to_thread(zk.create, paths.assignments(Namespace.ONLINE), doc.encode(),
+                                makepath=True)  # fmt: skip
+        routes = SignalRoutes({"stale": "x"})
+        watch = RouteWatch(s.zk_hosts, [Namespace.ONLINE], routes, root=s.zk_root)
+        watch.start()
+        try:
+            await eventually(lambda: routes.version > 0 and routes.owner("stale") is None, 10)
+            assert routes.owner("online/acme/a/g0") is None
+            await fleet.topics({"a": 2})
+            member = await fleet.member("w9")
+            await eventually(lambda: bool(member.owned), 10)
+            name = str(next(iter(member.owned)))
+            await eventually(lambda: routes.owner(name) == "w9", 10)
+        finally:
+            await watch.aclose()
+    finally:
+        await asyncio.to_thread(zk.stop)
+        await asyncio.to_thread(zk.close)
