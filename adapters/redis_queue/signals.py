@@ -23,6 +23,11 @@ the shared-keys one of :mod:`~adapters.redis_queue.owner` and :mod:`~adapters.re
   one (first: a job parked after that removal re-adds its shared entry, one parked before is in
   the delayed set the reindex reads, so no entry is lost in between).
 
+Upkeep: one reader per inbox, so every :data:`UPKEEP_S` the worker trims its inbox to what it
+has read (XTRIM MINID) and gives both inbox keys a time to live of :data:`INBOX_TTL_S`, renewed
+while it runs: the inboxes of a worker that is gone (a restart takes a new id) expire, and their
+hints are not needed (the groups' new owners index them when they claim them).
+
 Misaddressed hints (a writer's routes lag an assignment change; a group was moved away): an
 inbox signal or an own-index entry for a group the worker does not own is handed on to the
 shared keys, where its owner reads it; shared hints are never handed on, so nothing loops.
@@ -36,6 +41,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -48,6 +54,8 @@ from emq.core.model import GroupRef
 log = logging.getLogger(__name__)
 
 _BLOCK_GRACE_S = 5.0  # beyond BLOCK, how long a blocking read may take before it counts as lost
+UPKEEP_S = 10.0  # how often a worker trims its inbox and renews its inbox keys' time to live
+INBOX_TTL_S = 3600  # an inbox no worker renews (its worker is gone) expires after this
 
 
 def _never(_name: str) -> bool:
@@ -59,6 +67,7 @@ class RedisSignals(RedisQueueBase):
 
     _address: str | None = None
     _owns: Callable[[str], bool] = staticmethod(_never)
+    _upkeep_at = 0.0  # monotonic time of the next upkeep
 
     def address_to(self, worker: str, owns: Callable[[str], bool]) -> None:
         if self._addressed:
@@ -134,9 +143,25 @@ class RedisSignals(RedisQueueBase):
         stray = [n for n in dict.fromkeys(mine) if not self._owns(n)]
         if stray:
             await self._hand_on([self._signal(shared, stray)], "misaddressed signals")
+        if time.monotonic() >= self._upkeep_at:
+            await self._upkeep(inbox, after[inbox])
         names = dict.fromkeys(n for n in mine if n not in stray)
         names.update(dict.fromkeys(found.get(shared, [])))
         return f"{after[inbox]} {after[shared]}", list(names)
+
+    async def _upkeep(self, inbox: str, read_up_to: str) -> None:
+        """Trim the inbox to what was read; renew both inbox keys' time to live."""
+        self._upkeep_at = time.monotonic() + UPKEEP_S
+        due = self._keys.due_inbox(self._address or "")
+        commands: list[Command] = [
+            ("XTRIM", inbox, "MINID", read_up_to),
+            ("EXPIRE", inbox, INBOX_TTL_S),
+            ("EXPIRE", due, INBOX_TTL_S),
+        ]
+        try:
+            await self._pipeline(commands, "inbox upkeep")
+        except BackendUnavailable as e:  # the next call tries again
+            log.warning("inbox upkeep of %s failed: %s", self._address, e)
 
     async def _cursors(self, cursor: str | None, inbox: str, shared: str) -> dict[Any, Any]:
         """The two streams' positions from ``cursor`` (None: their newest signals)."""

@@ -206,3 +206,20 @@ async def test_addressing_switched_off_keeps_the_shared_layout(
         await worker.aclose()
         await _delete_prefix(raw, test_id)
         await raw.aclose()
+
+
+async def test_a_worker_trims_its_inbox_and_keeps_it_alive(fleet: Fleet) -> None:
+    """Read signals leave the inbox; the inbox keys expire unless their worker renews them."""
+    w1 = fleet.workers["w1"]
+    c1, _ = await w1.wait_ready(None, 0)
+    for _ in range(3):
+        await fleet.put(G1)
+    await fleet.put(G1, BASE_MS)
+    c1, names = await w1.wait_ready(c1, 1)
+    assert names == [str(G1)]
+    keys = fleet.producer._keys
+    w1._upkeep_at = 0.0  # the next call does the upkeep (every UPKEEP_S otherwise)
+    assert await w1.wait_ready(c1, 0) == (c1, [])
+    assert await fleet.raw.xlen(keys.inbox("w1")) == 1  # the last one read marks the cursor
+    for key in (keys.inbox("w1"), keys.due_inbox("w1")):
+        assert 0 < await fleet.raw.ttl(key) <= 3600
