@@ -38,6 +38,9 @@ while it is out queues the group again; its reply marks a queue exhausted only i
 arrived since the read was sent (``GroupState.signals``): the signal may name a job appended
 after the read looked.
 
+In a fleet the signals and the due index are the worker's own (:mod:`emq.core.signals`): the API
+addresses each group's hints to its owner, so a worker reads its share of them, not the fleet's.
+
 Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
 index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
 queues, and marks those groups hot.

@@ -83,7 +83,8 @@ class RedisSignals(RedisQueueBase):
 
     def _hint_commands(self, hints: Hints) -> list[Command]:
         """The hint writes of ``hints``, each group's to its owner's inbox (or the shared keys)."""
-        if not self._addressed or (self._routes is None and self._address is None):
+        routes = self._routes
+        if not self._addressed or (not routes and self._address is None):  # nobody to address
             return super()._hint_commands(hints)
         ready: dict[str | None, list[str]] = {}
         for name in hints.ready:
