@@ -179,6 +179,9 @@ class FleetAssignment(AssignmentSource):
         self.ownership.let_go(key)
         self.releases.defer(key)
 
+    def inbox(self) -> str | None:
+        return self.id
+
     def advertise(self, info: Mapping[str, str]) -> None:
         self.membership.advertised.update(info)
 

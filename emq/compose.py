@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import redis.asyncio as aioredis
 
 from adapters import zk
@@ -16,21 +18,27 @@ from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
+from allocator.routes import RouteWatch
 from allocator.settings import FleetSettings
 from allocator.view import ZkFleetView
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import ConfigError
 from emq.core.interfaces import AssignmentSource, ConfigStore, FleetView, HistoryStore, QueueBackend
 from emq.core.jobs import JobStore
+from emq.core.model import Namespace
 from emq.core.naming import RedisKeys
 from emq.core.plans import PlanStore
 from emq.core.settings import Durability, Settings
+from emq.core.signals import SignalRoutes
 
 
-async def open_queues(settings: Settings) -> QueueBackend:
+async def open_queues(settings: Settings, routes: SignalRoutes | None = None) -> QueueBackend:
     """The Redis queues, with what ``EMQ_DURABILITY`` asks of them: ``replica`` makes each put
-    wait for replicas; ``fsync`` refuses a server that does not fsync every write."""
-    wait = {}
+    wait for replicas; ``fsync`` refuses a server that does not fsync every write. ``routes``
+    (see :func:`open_signal_routes`) address the hints of the puts to the groups' owners."""
+    wait: dict[str, Any] = {"addressed": settings.signal_routes}
+    if routes is not None and settings.signal_routes:
+        wait["routes"] = routes
     if settings.durability is Durability.REPLICA:
         wait = {
             "wait_replicas": settings.durability_replicas,
@@ -104,6 +112,25 @@ async def open_fleet(
         session_timeout_s=settings.zk_session_timeout_s,
         new_client=zk_client_factory(settings),
     )
+
+
+def open_signal_routes(settings: Settings) -> tuple[SignalRoutes, RouteWatch | None]:
+    """Who owns which group, followed on ZooKeeper in the background (every namespace), for
+    the hints of a process that writes jobs (the API); no watch with ``EMQ_SIGNAL_ROUTES=false``.
+    The caller closes the watch."""
+    routes = SignalRoutes()
+    if not settings.signal_routes:
+        return routes, None
+    watch = RouteWatch(
+        settings.zk_hosts,
+        list(Namespace),
+        routes,
+        root=settings.zk_root,
+        session_timeout_s=settings.zk_session_timeout_s,
+        new_client=zk_client_factory(settings),
+    )
+    watch.start()
+    return routes, watch
 
 
 def open_fleet_view(settings: Settings) -> FleetView:

@@ -38,6 +38,9 @@ while it is out queues the group again; its reply marks a queue exhausted only i
 arrived since the read was sent (``GroupState.signals``): the signal may name a job appended
 after the read looked.
 
+In a fleet the signals and the due index are the worker's own (:mod:`emq.core.signals`): the API
+addresses each group's hints to its owner, so a worker reads its share of them, not the fleet's.
+
 Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
 index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
 queues, and marks those groups hot.
@@ -234,6 +237,26 @@ class Fetcher:
             self._job_bytes = max(1.0, size / jobs)
 
     # ------------------------------------------------------------------ signals
+
+    def address_to(self, worker: str) -> None:
+        """Read the hints the fleet addresses to ``worker`` too (:mod:`emq.core.signals`)."""
+        groups = self._groups
+
+        def owns(name: str) -> bool:
+            group = groups.get(name)
+            return group is not None and not group.dropped
+
+        self._queues.address_to(worker, owns)
+
+    async def index_claimed(self, groups: list[GroupState]) -> None:
+        """Index the delayed jobs of groups just claimed in this worker's due index: entries
+        addressed to a former owner are read by nobody now (a failure waits for the sweep)."""
+        refs = [g.ref for g in groups if not g.dropped]
+        if refs:
+            try:
+                await self._queues.reindex_delayed(refs)
+            except BackendUnavailable as e:
+                log.warning("due index of %d claimed groups not updated (%s)", len(refs), e)
 
     async def listen(self) -> None:
         """Mark the groups named by ready signals hot."""

@@ -92,6 +92,8 @@ class Ownership:
             (ref, e) for ref, e in wanted.items() if ref not in current or current[ref].epoch != e
         ]
         await asyncio.gather(*(self.claim(ref, epoch, limit) for ref, epoch in new))
+        claimed = [g for ref, _ in new if (g := self.groups.get(str(ref))) is not None]
+        await self.fetcher.index_claimed(claimed)
         self.generation = owned.generation
         self.metrics.groups.set(len(self.groups))
         log.info(

@@ -155,6 +155,8 @@ class Worker:
         self._start("assignment", self.ownership.follow(self._topics_ready))
         self._start("holds", self.holds.check_loop())
         self._start("fetch", self.fetcher.run())
+        if (inbox := self.assignment.inbox()) is not None:  # a fleet addresses hints to owners
+            self.fetcher.address_to(inbox)
         self._start("signals", self.fetcher.listen())
         self._start("promote", self.fetcher.promote())
         self._start("sweep", self.fetcher.sweep())

@@ -28,6 +28,10 @@ script with group keys, so a Cluster never answers CROSSSLOT):
 * ``due_index()``: a sorted set, member ``str(GroupRef)``, score the earliest due time of the
   group's delayed set (or earlier: a stale entry is harmless, :meth:`reindex_delayed` refreshes it).
 
+In a fleet, hints go to the owner's inbox instead (``inbox(worker)``, ``due_inbox(worker)``,
+one hash tag per worker) and the two global keys remain the fallback every worker also reads:
+see :mod:`adapters.redis_queue.signals`.
+
 Hints are not atomic with the writes they announce (they live on another slot): they are sent
 after them (on a standalone server in the same pipeline, which one server runs in order; on a
 Cluster in a second round trip, since a pipeline's nodes run concurrently), so a worker woken by
@@ -56,6 +60,7 @@ with the Lua scripts it runs:
 * :mod:`~adapters.redis_queue.owner` — :class:`~emq.core.interfaces.GroupOwner` (a worker):
   claim and holds, read, checkpoints, trims, ready signals;
   :mod:`~adapters.redis_queue.delayed` — its delayed jobs and the due index;
+  :mod:`~adapters.redis_queue.signals` — hints addressed to owners, a worker's inbox;
 * :mod:`~adapters.redis_queue.dead_letters` — writing and ageing dead letters (the owner) and
   :class:`~emq.core.interfaces.DeadLetterAdmin` (list, replay);
 * :mod:`~adapters.redis_queue.backend` — :class:`RedisQueueBackend`, composed of the roles, and

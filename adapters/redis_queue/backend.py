@@ -14,11 +14,14 @@ from adapters.redis_queue.dead_letters import RedisDeadLetters
 from adapters.redis_queue.delayed import RedisDelayed
 from adapters.redis_queue.owner import RedisOwner
 from adapters.redis_queue.producer import RedisProducer
+from adapters.redis_queue.signals import RedisSignals
 from emq.core.interfaces import QueueBackend
 from emq.core.naming import RedisKeys
 
 
-class RedisQueueBackend(RedisProducer, RedisOwner, RedisDelayed, RedisDeadLetters, QueueBackend):
+class RedisQueueBackend(
+    RedisProducer, RedisSignals, RedisOwner, RedisDelayed, RedisDeadLetters, QueueBackend
+):
     """:class:`~emq.core.interfaces.QueueBackend` on Redis Streams (standalone or Cluster client).
 
     Takes ownership of ``client`` and ``blocking_client``: :meth:`aclose` closes them.
@@ -38,7 +41,8 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     :class:`~emq.core.errors.BackendUnavailable` here, not later.
     """
     window = opts.pop("idempotency_window_s", DEFAULT_IDEMPOTENCY_WINDOW_S)
-    wait = {k: opts.pop(k) for k in ("wait_replicas", "wait_timeout_ms") if k in opts}
+    own = ("wait_replicas", "wait_timeout_ms", "routes", "addressed")
+    wait = {k: opts.pop(k) for k in own if k in opts}
     opts = client_options(cluster, **opts)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
     client: Client = make(url, **opts)

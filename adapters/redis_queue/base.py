@@ -26,6 +26,7 @@ from emq.core.errors import BackendUnavailable, ConfigError, Fenced
 from emq.core.interfaces import BackendHealth
 from emq.core.model import GroupRef, Priority, QueueRef
 from emq.core.naming import RedisKeys
+from emq.core.signals import SignalRoutes
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +58,8 @@ class RedisQueueBase:
         blocking_client: Client | None = None,
         wait_replicas: int = 0,
         wait_timeout_ms: int = 1000,
+        routes: SignalRoutes | None = None,
+        addressed: bool = True,
     ) -> None:
         if idempotency_window_s <= 0:
             raise ValueError("idempotency_window_s must be greater than 0")
@@ -69,6 +72,8 @@ class RedisQueueBase:
         # takes the main pool's connections nor trips the main client's socket timeout.
         self._blocking = blocking_client or blocking_twin(client)
         self._keys = keys
+        self._routes = routes  # who owns which group: where hints go (adapters.redis_queue.signals)
+        self._addressed = addressed  # False: address_to is ignored, every hint is shared
         self._window = str(int(idempotency_window_s))
         self._cluster = isinstance(client, RedisCluster)
         self._key_cache: dict[QueueRef, QueueKeys] = {}
@@ -186,6 +191,10 @@ class RedisQueueBase:
             ready = self._keys.ready()
             commands.append(("XADD", ready, "MAXLEN", "~", READY_MAXLEN, "*", "g", names))
         return commands
+
+    def _reindex_key(self) -> str:
+        """The due index :meth:`reindex_delayed` writes (a worker's own one once addressed)."""
+        return self._keys.due_index()
 
     async def _send_hints(self, hints: Hints, what: str) -> None:
         """Send ``hints`` after the writes they announce; a failure only delays the work."""

@@ -133,7 +133,7 @@ class RedisDelayed(RedisQueueBase):
         if not unique:
             return
         names = [str(g) for g in unique]
-        index = self._keys.due_index()
+        index = self._reindex_key()
         earliest = dict(zip(names, await self._earliest_due(unique), strict=True))
         found = {name: due for name, due in earliest.items() if due is not None}
         gone = [name for name, due in earliest.items() if due is None]

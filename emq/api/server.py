@@ -34,6 +34,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_signal_routes,
 )
 from emq.core.settings import Settings
 
@@ -102,11 +103,19 @@ def _raise_open_files_limit(wanted: int) -> None:
 
 
 async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> None:
-    queues = await open_queues(settings)
+    routes, route_watch = open_signal_routes(settings)  # puts address hints to the owners
+    try:
+        queues = await open_queues(settings, routes)
+    except BaseException:
+        if route_watch is not None:
+            await route_watch.aclose()
+        raise
     try:
         config = await open_config(settings)
     except BaseException:
         await queues.aclose()
+        if route_watch is not None:
+            await route_watch.aclose()
         raise
     drain = Drain()
     history = open_history(settings)
@@ -157,3 +166,5 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
         await history.aclose()
         await config.aclose()
         await queues.aclose()
+        if route_watch is not None:
+            await route_watch.aclose()

@@ -78,6 +78,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from emq.cli.capacity import cmd_bench_plan
 
         return cmd_bench_plan(args, settings)
+    if args.name == "signals":  # issue 14: ready signals addressed to owners
+        from emq.bench import signals
+
+        doc = signals.run(duration_s=args.duration_s)
+        print(json.dumps(doc, indent=2) if args.json else signals.summary(doc))
+        return 0
     if args.name == "dispatch":
         from emq.bench import dispatch
 
@@ -143,6 +149,7 @@ def add_commands(sub: Subparsers) -> None:
             "endpoints",
             "push-clients",
             "tenant-quota",
+            "signals",
             "all",
         ],
     )

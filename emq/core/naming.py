@@ -109,6 +109,15 @@ class RedisKeys:
         """Signals which groups received work, so idle queues need not be polled."""
         return f"{self.prefix}:ready"
 
+    def inbox(self, worker: str) -> str:
+        """The ready signals addressed to one worker (:mod:`emq.core.signals`). Its own hash
+        tag, shared with :meth:`due_inbox`: a fleet's inboxes spread over the Cluster's slots."""
+        return f"{self.prefix}:w:{{{escape(worker)}}}:ready"
+
+    def due_inbox(self, worker: str) -> str:
+        """The due index of the groups one worker owns (same shape as :meth:`due_index`)."""
+        return f"{self.prefix}:w:{{{escape(worker)}}}:due"
+
     def due_index(self) -> str:
         """Groups whose delayed set may hold a job, scored by its earliest due time (a hint).
 

@@ -176,6 +176,9 @@ class Settings:
     durability_replicas: int = setting(1, at_least(1))  # replica: WAIT n
     durability_timeout_ms: int = setting(1000, at_least(1))  # replica: WAIT t
     log_level: str = setting("INFO", _log_level)
+    # Ready signals and due entries addressed to each group's owner (emq.core.signals); false:
+    # every hint goes to the shared keys that every worker reads (the layout before, a fallback).
+    signal_routes: bool = True
     # How long a job's outcome (delivered, retry, dead) stays readable by its id (0: not kept).
     job_record_ttl_s: int = setting(600, at_least(0))
 

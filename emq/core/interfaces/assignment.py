@@ -48,6 +48,12 @@ class AssignmentSource(AsyncResource):
         members are listed; call before the source runs. Ignored where there is no fleet."""
         return None
 
+    def inbox(self) -> str | None:
+        """The worker id the fleet's writers address this worker's hints to (its ready signals
+        and due index, :mod:`emq.core.signals`), or None where there is no fleet: the worker
+        then reads the shared hints only."""
+        return None
+
     def vouched(self, until: float) -> None:
         """The queue store confirmed, in a check sent at ``until`` minus its validity, that the
         worker still holds every group it kept (it dropped the others): the source may let it

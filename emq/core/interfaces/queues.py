@@ -13,7 +13,7 @@ from __future__ import annotations
 import abc
 import re
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
@@ -314,6 +314,13 @@ class GroupOwner(QueueProbe, Protocol):
     @abc.abstractmethod
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Refresh the due index of these groups from their delayed sets."""
+
+    def address_to(self, worker: str, owns: Callable[[str], bool]) -> None:
+        """Read, besides the shared hints, those addressed to ``worker`` (its inbox, see
+        :mod:`emq.core.signals`); ``owns(name)`` says whether it owns a group now: hints for a
+        group it does not own are handed on to the shared keys, where the owner finds them.
+        A store with nothing to address (one process) ignores this."""
+        return None
 
 
 class QueueBackend(JobProducer, DeadLetterAdmin, GroupOwner, AsyncResource):
