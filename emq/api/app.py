@@ -31,6 +31,7 @@ import asyncio
 import base64
 import functools
 import json
+import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -84,6 +85,8 @@ from emq.core.outbound import check_text
 from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
+
+PROCESS_HEADER = "X-EMQ-Pid"  # on /healthz: the pid of the API process that answered
 
 
 def new_secret() -> str:
@@ -393,9 +396,12 @@ class Api:
             except BackendUnavailable as e:
                 checks[name] = f"unavailable: {e.message}"
         ok = all(v == "ok" for v in checks.values())
+        # Which process answered: one of several with ``emq api --workers N``
+        pid = {PROCESS_HEADER: str(os.getpid())}
         if not ok:
-            return web.json_response({"status": "unavailable", **checks}, status=503)
-        return web.json_response({"status": "ok", **checks})
+            body = {"status": "unavailable", **checks}
+            return web.json_response(body, status=503, headers=pid)
+        return web.json_response({"status": "ok", **checks}, headers=pid)
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(spec())
