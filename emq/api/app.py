@@ -44,6 +44,7 @@ from aiohttp import web
 from capacity import group_count, split_quota
 from emq.api import answers, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
@@ -122,7 +123,8 @@ class Api:
         self.auth = Authenticator(config, settings.admin_token)
         limits = JobLimits(max_body_bytes=api.max_body_bytes)
         guard = BacklogGuard(queues, api.backlog_refresh_s)
-        self.enqueuer = Enqueuer(config, queues, limits=limits, guard=guard)
+        # Single-job requests arriving together share a Redis round trip (emq.api.coalesce)
+        self.enqueuer = Enqueuer(config, CoalescedPuts(queues), limits=limits, guard=guard)
 
     # ------------------------------------------------------------------ helpers
 
