@@ -129,13 +129,10 @@ class Api:
     # ------------------------------------------------------------------ helpers
 
     async def _body(self, request: web.Request) -> object:
-        try:
-            async with asyncio.timeout(self.api.body_timeout_s):  # a slow-body client
-                raw = await request.read()  # aiohttp refuses bodies over client_max_size: 413
-        except TimeoutError:
-            raise RequestTimeout(
-                f"request body was not received within {self.api.body_timeout_s:g} s"
-            ) from None
+        if request.content.is_eof():  # all of it has arrived (most small bodies): no timer
+            raw = await request.read()
+        else:
+            raw = await self._read_slow(request)
         if not raw:
             raise MalformedRequest(None, "request body is empty; send a JSON object")
         try:
@@ -144,6 +141,15 @@ class Api:
             raise MalformedRequest(None, f"request body is not valid JSON: {e}") from None
         except RecursionError:
             raise MalformedRequest(None, "request body is JSON nested too deeply") from None
+
+    async def _read_slow(self, request: web.Request) -> bytes:
+        try:
+            async with asyncio.timeout(self.api.body_timeout_s):  # a slow-body client
+                return await request.read()  # aiohttp refuses bodies over client_max_size: 413
+        except TimeoutError:
+            raise RequestTimeout(
+                f"request body was not received within {self.api.body_timeout_s:g} s"
+            ) from None
 
     async def _object(self, request: web.Request) -> dict[str, Any]:
         body = await self._body(request)
