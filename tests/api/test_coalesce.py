@@ -48,7 +48,7 @@ async def test_puts_of_one_iteration_are_one_put_and_each_gets_its_own_results()
     )
     assert store.calls == [5]
     assert [[r.job_id for r in rs] for rs in results] == [["a-0"], ["b-0", "b-1", "b-2"], ["c-0"]]
-    offsets = [r.offset for rs in results for r in rs]
+    offsets = [r.offset for rs in results for r in rs if r.offset is not None]
     assert offsets == sorted(offsets) and len(set(offsets)) == 5  # stored in the callers' order
     again = await asyncio.gather(puts.put(_items("d", 1, key="k")), puts.put(_items("e", 1)))
     assert again[0] == [PutResult("c-0", duplicate=True)]  # de-duplication as before
