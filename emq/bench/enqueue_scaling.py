@@ -1,9 +1,11 @@
 """``emq bench enqueue --api-processes 1,2``: the API with 1, 2, ... processes, in one run.
 
 One Redis and one ZooKeeper (free loopback ports, a temporary directory) for the whole run; for
-each process count P, ``emq api --workers P`` (P = 1: the single process, no supervisor) and two
-loads through it, each from ``clients`` load generator processes (:mod:`emq.bench.load`; P by
-default, 64 requests in flight in all): single jobs (requests/s) and batches of 1000 (jobs/s).
+each process count P, ``emq api --workers P`` (P = 1: the single process, no supervisor) and
+two loads through it, each from ``clients`` load generator processes (:mod:`emq.bench.load`; P
+by default, 64 requests in flight in all): single jobs (requests/s) and batches of 1000
+(jobs/s). The counts take turns, ``rounds`` times, so that a neighbour's load falls on each
+alike; per count, the round of median single-job requests/s is reported (all in ``samples``).
 
 On a machine whose cores also run the load generators and Redis, requests/s cannot show what
 P processes give when the load comes from elsewhere: the generators cost about as much CPU per
@@ -115,7 +117,7 @@ def _load(
 
 
 def _with_api(
-    redis: Service, zk: Service, processes: int, log: Path, load: tuple[int, float]
+    redis: Service, zk: Service, processes: int, log: Path, load: tuple[int, float], tag: str
 ) -> dict[str, Any]:
     clients, duration_s = load
     port = free_port()
@@ -135,7 +137,7 @@ def _with_api(
         while len(pids := api_pids(api, processes)) < processes:  # the children of a fork
             api.check()
             time.sleep(0.05)
-        tenant = f"bench{processes}"
+        tenant = f"bench{processes}{tag}"
         token = _tenant(base, tenant)
         url = f"{base}/v1/tenants/{tenant}/topics/load/jobs"
         single = _load(url, token, pids, redis_pid, (1, IN_FLIGHT, clients, duration_s))
@@ -154,25 +156,45 @@ def _tenant(base: str, tenant: str) -> str:
 
 
 def run(
-    processes: Sequence[int] = (1, 2), duration_s: float = 10.0, clients: int | None = None
+    processes: Sequence[int] = (1, 2),
+    duration_s: float = 10.0,
+    clients: int | None = None,
+    rounds: int = 3,
 ) -> dict[str, Any]:
-    """Each process count on the same servers, one after the other."""
+    """Each process count on the same servers, ``rounds`` times with the counts interleaved
+    (a neighbour's load falls on every count alike); per count the run of median requests/s."""
     if not processes or any(not 1 <= p <= 64 for p in processes):
         raise EmqError("--api-processes takes counts from 1 to 64, e.g. 1,2")
-    runs = []
+    samples: dict[int, list[dict[str, Any]]] = {p: [] for p in processes}
     with tempfile.TemporaryDirectory(prefix="emq-bench-") as tmp:
         redis = Service("redis", "redis.sh", Path(tmp) / "redis", free_port())
         zk = Service("zookeeper", "zookeeper.sh", Path(tmp) / "zk", free_port())
         redis.start()
         try:
             zk.start()
-            for p in processes:
-                log = Path(tmp) / f"api-{p}.log"
-                runs.append(_with_api(redis, zk, p, log, (clients or p, duration_s)))
+            for i in range(max(1, rounds)):
+                for p in processes:
+                    log = Path(tmp) / f"api-{p}-{i}.log"
+                    sample = _with_api(redis, zk, p, log, (clients or p, duration_s), f"r{i}")
+                    samples[p].append(sample | {"loadavg_1m": os.getloadavg()[0]})
         finally:
             zk.stop()
             redis.stop()
-    return {"bench": "enqueue-scaling", "runs": runs, **_scaling(runs), "machine": describe()}
+    runs = [_median(s) for s in samples.values()]
+    return {
+        "bench": "enqueue-scaling",
+        "rounds": max(1, rounds),
+        "runs": runs,
+        **_scaling(runs),
+        "samples": samples,
+        "machine": describe(),
+    }
+
+
+def _median(samples: list[dict[str, Any]]) -> dict[str, Any]:
+    """The sample of median single-job requests/s (its batch run with it: one API's figures)."""
+    ranked = sorted(samples, key=lambda s: s["single"]["requests_per_s"])
+    return ranked[len(ranked) // 2]
 
 
 def _scaling(runs: list[dict[str, Any]]) -> dict[str, Any]:

@@ -112,7 +112,7 @@ def _enqueue_scaling(args: argparse.Namespace) -> int:
         raise EmqError(
             f"--api-processes takes counts like 1,2, not {args.api_processes!r}"
         ) from None
-    result = enqueue_scaling.run(counts, duration_s=args.duration_s or 10.0)
+    result = enqueue_scaling.run(counts, duration_s=args.duration_s)
     print(json.dumps(result, indent=2) if args.json else enqueue_scaling.summary(result))
     return 0
 
