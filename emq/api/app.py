@@ -168,6 +168,8 @@ class Api:
         already read), else the query read as a :class:`~emq.core.schema.NamespaceQuery`
         (unknown parameters refused)."""
         if query is None:
+            if not request.query:  # the usual case, and an enqueue's: no model to validate
+                return self.settings.namespace
             query = schema.query(schema.NamespaceQuery, request.query)
         raw = query.namespace
         return self.settings.namespace if raw is None else Namespace(raw)
