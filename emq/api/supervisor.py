@@ -127,7 +127,14 @@ class Supervisor:
     """Runs ``workers`` children of ``serve`` on ``host:port`` until SIGTERM/SIGINT."""
 
     def __init__(
-        self, serve: Serve, workers: int, host: str, port: int, *, grace_s: float = 10.0
+        self,
+        serve: Serve,
+        workers: int,
+        host: str,
+        port: int,
+        *,
+        grace_s: float = 10.0,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         if port == 0 and workers > 1:  # each child would get a port of its own
             raise ConfigError("emq api --workers N needs a port (not 0)")
@@ -139,6 +146,7 @@ class Supervisor:
         self._announced = False
         self._failure: str | None = None
         self._pipes: Pipes | None = None
+        self._clock = clock
 
     def run(self) -> int:
         """Start the children, supervise them; the exit status once they all stopped."""
@@ -168,7 +176,7 @@ class Supervisor:
             else:
                 self._ready(data)
         self._reap()
-        now = time.monotonic()
+        now = self._clock()
         if self._stopping_since is not None:
             if now - self._stopping_since > self._grace_s + KILL_MARGIN_S:
                 log.warning("emq api: processes still running after the grace period; killing")
@@ -180,7 +188,7 @@ class Supervisor:
                 self._start(slot)
 
     def _timeout(self) -> float | None:
-        now = time.monotonic()
+        now = self._clock()
         if self._stopping_since is not None:
             return max(0.0, self._stopping_since + self._grace_s + KILL_MARGIN_S - now)
         due = [s.restart_at for s in self._slots if s.restart_at is not None]
@@ -197,7 +205,7 @@ class Supervisor:
             slot = self._slot_of(int(line))
             if slot is None:
                 continue
-            slot.ready_at = time.monotonic()
+            slot.ready_at = self._clock()
             log.info("emq api process %d (pid %d) listening", slot.index, slot.pid)
         if not self._announced and all(s.ready_at is not None for s in self._slots):
             self._announced = True
@@ -232,10 +240,10 @@ class Supervisor:
             self._failure = f"emq api process {slot.index} could not start (see its error above)"
             self._stop(signal.SIGTERM)
             return
-        stable = was_ready is not None and time.monotonic() - was_ready >= STABLE_S
+        stable = was_ready is not None and self._clock() - was_ready >= STABLE_S
         slot.deaths = 1 if stable else slot.deaths + 1
         delay = min(BACKOFF_MAX_S, BACKOFF_S * 2 ** (slot.deaths - 1))
-        slot.restart_at = time.monotonic() + delay
+        slot.restart_at = self._clock() + delay
         log.warning(
             "emq api process %d exited unexpectedly (%s); restarting in %.1f s",
             slot.index,
@@ -245,7 +253,7 @@ class Supervisor:
 
     def _stop(self, sig: signal.Signals) -> None:
         if self._stopping_since is None:
-            self._stopping_since = time.monotonic()
+            self._stopping_since = self._clock()
             log.info("emq api: %s; stopping %d processes", sig.name, len(self._slots))
         for slot in self._slots:
             slot.restart_at = None
