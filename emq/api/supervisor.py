@@ -147,6 +147,7 @@ class Supervisor:
         self._failure: str | None = None
         self._pipes: Pipes | None = None
         self._clock = clock
+        self._partial = b""  # the ready pipe's last line, until its end arrives
 
     def run(self) -> int:
         """Start the children, supervise them; the exit status once they all stopped."""
@@ -201,7 +202,8 @@ class Supervisor:
             # SIGCHLD only wakes the loop: _reap() follows every wake-up
 
     def _ready(self, data: bytes) -> None:
-        for line in data.decode().split():
+        *lines, self._partial = (self._partial + data).split(b"\n")  # a read may end mid-line
+        for line in lines:
             slot = self._slot_of(int(line))
             if slot is None:
                 continue

@@ -61,3 +61,18 @@ def test_a_child_that_cannot_listen_stops_the_others(clock: Clock) -> None:
 def test_port_zero_needs_a_single_process() -> None:
     with pytest.raises(supervisor.ConfigError, match="needs a port"):
         Supervisor(lambda listening: None, 2, "127.0.0.1", 0)
+
+
+def test_readiness_is_announced_once_every_child_listens(
+    clock: Clock, capsys: pytest.CaptureFixture[str]
+) -> None:
+    sup = _supervisor(clock)
+    sup._slots[0].pid, sup._slots[1].pid = 11, 22
+    sup._ready(b"1")  # a read may end mid-line
+    sup._ready(b"1\n2")
+    assert sup._slots[0].ready_at == clock.now and sup._slots[1].ready_at is None
+    assert capsys.readouterr().out == ""
+    sup._ready(b"2\n")
+    assert capsys.readouterr().out == "emq api listening on http://127.0.0.1:8080 (2 processes)\n"
+    sup._ready(b"22\n")  # (again: a restarted child's line) no second announcement
+    assert capsys.readouterr().out == ""
