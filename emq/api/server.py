@@ -113,7 +113,8 @@ async def _listen(runner: GuardedRunner, host: str, port: int, listening: Listen
             host, port, backlog=2048, reuse_address=True, reuse_port=listening.reuse_port or None
         )
     except OSError as e:  # in use, a privileged port, an address not ours: one clear line
-        raise ConfigError(f"cannot listen on {host}:{port}: {e.strerror or e}") from None
+        reason = os.strerror(e.errno) if e.errno else str(e)  # (uvloop's text names no errno)
+        raise ConfigError(f"cannot listen on {host}:{port}: {reason}") from None
 
 
 def make_runner(app: web.Application, api: ApiSettings) -> GuardedRunner:

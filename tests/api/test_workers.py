@@ -211,12 +211,15 @@ async def test_bad_workers_value_is_one_line(
     assert len(err.splitlines()) == 1 and message in err, err
 
 
-async def test_port_in_use_is_one_line(settings: Settings) -> None:
+@pytest.mark.parametrize("workers", ["1", "2"])
+async def test_port_in_use_is_one_line(settings: Settings, workers: str) -> None:
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
         port = taken.getsockname()[1]
-        status, out, err = await _emq_api(settings, "--workers", "2", "--port", str(port))
+        status, out, err = await _emq_api(
+            settings, "--workers", workers, "--port", str(port), EMQ_LOG_LEVEL="WARNING"
+        )
     assert (status, out) == (1, ""), err
     lines = err.splitlines()
     assert len(lines) == 1, err
