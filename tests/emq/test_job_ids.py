@@ -51,3 +51,10 @@ def test_base32_digits_are_the_crockford_digits_of_the_number() -> None:
             m, r = divmod(m, 32)
             digits.append("0123456789abcdefghjkmnpqrstvwxyz"[r])
         assert base32_digits(n) == "".join(reversed(digits))
+
+
+def test_a_placed_id_is_the_base32_of_its_time_and_place() -> None:
+    for now in (0, 1, 1_700_000_000_123, (1 << 48) - 1):
+        job_id = placed_job_id(now, 77, Priority.HIGH)
+        assert job_id[4:14] == base32_digits(now << 80)[:10]
+        assert job_place(job_id) == JobPlace(now, 77, Priority.HIGH)
