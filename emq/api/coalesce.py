@@ -30,13 +30,27 @@ MAX_ITEMS = 2000  # items per flush: bounds one pipeline's size (and its replies
 _Waiting = tuple[Sequence[PutItem], "asyncio.Future[list[PutResult]]"]
 
 
+class _Lane:
+    """The puts waiting for the next flush, of one kind."""
+
+    __slots__ = ("items", "waiting")
+
+    def __init__(self) -> None:
+        self.waiting: list[_Waiting] = []
+        self.items = 0
+
+
 class CoalescedPuts(JobProducer):
-    """``queues`` with its puts coalesced per loop iteration (the rest passed through)."""
+    """``queues`` with its puts coalesced per loop iteration (the rest passed through).
+
+    Two lanes: puts whose every job has an idempotency key are flushed apart from the others,
+    so that they keep the store's one transparent retry on a broken connection (sending them
+    twice stores nothing twice; a put with a plain job in it is never sent twice).
+    """
 
     def __init__(self, queues: JobProducer) -> None:
         self._queues = queues
-        self._waiting: list[_Waiting] = []
-        self._items = 0
+        self._lanes = {True: _Lane(), False: _Lane()}  # by "every job has an idempotency key"
         self._flushes: set[asyncio.Task[None]] = set()  # referenced until done
 
     @property
@@ -55,17 +69,18 @@ class CoalescedPuts(JobProducer):
     async def put(self, items: Sequence[PutItem]) -> list[PutResult]:
         loop = asyncio.get_running_loop()
         done: asyncio.Future[list[PutResult]] = loop.create_future()
-        if not self._waiting:
-            loop.call_soon(self._flush)
-        elif self._items + len(items) > MAX_ITEMS:
-            self._flush()
-            loop.call_soon(self._flush)
-        self._waiting.append((items, done))
-        self._items += len(items)
+        lane = self._lanes[all(item.idempotency_key is not None for item in items)]
+        if not lane.waiting:
+            loop.call_soon(self._flush, lane)
+        elif lane.items + len(items) > MAX_ITEMS:
+            self._flush(lane)
+            loop.call_soon(self._flush, lane)
+        lane.waiting.append((items, done))
+        lane.items += len(items)
         return await done
 
-    def _flush(self) -> None:
-        waiting, self._waiting, self._items = self._waiting, [], 0
+    def _flush(self, lane: _Lane) -> None:
+        waiting, lane.waiting, lane.items = lane.waiting, [], 0
         if waiting:
             task = asyncio.create_task(self._send(waiting))
             self._flushes.add(task)

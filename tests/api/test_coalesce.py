@@ -44,15 +44,26 @@ async def test_puts_of_one_iteration_are_one_put_and_each_gets_its_own_results()
     store = Counting()
     puts = CoalescedPuts(store)
     results = await asyncio.gather(
-        puts.put(_items("a", 1)), puts.put(_items("b", 3)), puts.put(_items("c", 1, key="k"))
+        puts.put(_items("a", 1)), puts.put(_items("b", 3)), puts.put(_items("c", 1))
     )
     assert store.calls == [5]
     assert [[r.job_id for r in rs] for rs in results] == [["a-0"], ["b-0", "b-1", "b-2"], ["c-0"]]
     offsets = [r.offset for rs in results for r in rs if r.offset is not None]
     assert offsets == sorted(offsets) and len(set(offsets)) == 5  # stored in the callers' order
+
+
+async def test_puts_with_idempotency_keys_only_go_apart() -> None:
+    store = Counting()
+    puts = CoalescedPuts(store)
+    first = await asyncio.gather(
+        puts.put(_items("a", 1, key="k")),
+        puts.put(_items("b", 1)),
+        puts.put(_items("c", 2, key="j")),
+    )
+    assert store.calls == [3, 1]  # the keyed ones together (repeatable), the plain one alone
+    assert [[r.job_id for r in rs] for rs in first] == [["a-0"], ["b-0"], ["c-0", "c-1"]]
     again = await asyncio.gather(puts.put(_items("d", 1, key="k")), puts.put(_items("e", 1)))
-    assert again[0] == [PutResult("c-0", duplicate=True)]  # de-duplication as before
-    assert store.calls == [5, 2]
+    assert again[0] == [PutResult("a-0", duplicate=True)]  # de-duplication as before
 
 
 async def test_a_lone_put_goes_out_alone() -> None:
