@@ -61,7 +61,8 @@ async def test_puts_with_idempotency_keys_only_go_apart() -> None:
         puts.put(_items("c", 2, key="j")),
     )
     assert store.calls == [3, 1]  # the keyed ones together (repeatable), the plain one alone
-    assert [[r.job_id for r in rs] for rs in first] == [["a-0"], ["b-0"], ["c-0", "c-1"]]
+    # (c's two jobs share their key: the second is the first's duplicate, as without coalescing)
+    assert [[r.job_id for r in rs] for rs in first] == [["a-0"], ["b-0"], ["c-0", "c-0"]]
     again = await asyncio.gather(puts.put(_items("d", 1, key="k")), puts.put(_items("e", 1)))
     assert again[0] == [PutResult("a-0", duplicate=True)]  # de-duplication as before
 
