@@ -4,7 +4,8 @@ Under load, an API process reads many requests per loop iteration (one ``epoll``
 it the bytes of dozens of connections), and each single-job request would cost its own Redis
 pipeline: redis-py spends ~40 us of Python per pipeline call, as much as the rest of the
 request's own handling. :class:`CoalescedPuts` gathers the puts made until the loop turns over
-(``call_soon``) and sends them as one :meth:`~emq.core.interfaces.JobProducer.put`, whose
+(``call_soon``) and sends them as one :meth:`~emq.core.interfaces.JobProducer.put` (one per
+lane: see :class:`CoalescedPuts`), whose
 APPEND script stores all the plain jobs of a slot in one command; each caller gets its own
 slice of the results. Nothing waits on a timer: a lone request goes out on the next iteration,
 as soon as it would have.
