@@ -31,6 +31,7 @@ import asyncio
 import base64
 import functools
 import json
+import os
 import secrets
 import time
 from collections.abc import Mapping
@@ -43,6 +44,7 @@ from aiohttp import web
 from capacity import group_count, kept_cap, split_quota
 from emq.api import answers, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
 from emq.api.errors import error_middleware
@@ -85,6 +87,8 @@ from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
 
+PROCESS_HEADER = "X-EMQ-Pid"  # on /healthz: the pid of the API process that answered
+
 
 def new_secret() -> str:
     """A Standard Webhooks signing secret: ``whsec_`` + base64 of 24 random bytes."""
@@ -119,18 +123,16 @@ class Api:
         self.auth = Authenticator(config, settings.admin_token)
         limits = JobLimits(max_body_bytes=api.max_body_bytes)
         guard = BacklogGuard(queues, api.backlog_refresh_s)
-        self.enqueuer = Enqueuer(config, queues, limits=limits, guard=guard)
+        # Single-job requests arriving together share a Redis round trip (emq.api.coalesce)
+        self.enqueuer = Enqueuer(config, CoalescedPuts(queues), limits=limits, guard=guard)
 
     # ------------------------------------------------------------------ helpers
 
     async def _body(self, request: web.Request) -> object:
-        try:
-            async with asyncio.timeout(self.api.body_timeout_s):  # a slow-body client
-                raw = await request.read()  # aiohttp refuses bodies over client_max_size: 413
-        except TimeoutError:
-            raise RequestTimeout(
-                f"request body was not received within {self.api.body_timeout_s:g} s"
-            ) from None
+        if request.content.is_eof():  # all of it has arrived (most small bodies): no timer
+            raw = await request.read()
+        else:
+            raw = await self._read_slow(request)
         if not raw:
             raise MalformedRequest(None, "request body is empty; send a JSON object")
         try:
@@ -139,6 +141,15 @@ class Api:
             raise MalformedRequest(None, f"request body is not valid JSON: {e}") from None
         except RecursionError:
             raise MalformedRequest(None, "request body is JSON nested too deeply") from None
+
+    async def _read_slow(self, request: web.Request) -> bytes:
+        try:
+            async with asyncio.timeout(self.api.body_timeout_s):  # a slow-body client
+                return await request.read()  # aiohttp refuses bodies over client_max_size: 413
+        except TimeoutError:
+            raise RequestTimeout(
+                f"request body was not received within {self.api.body_timeout_s:g} s"
+            ) from None
 
     async def _object(self, request: web.Request) -> dict[str, Any]:
         body = await self._body(request)
@@ -157,6 +168,8 @@ class Api:
         already read), else the query read as a :class:`~emq.core.schema.NamespaceQuery`
         (unknown parameters refused)."""
         if query is None:
+            if not request.query:  # the usual case, and an enqueue's: no model to validate
+                return self.settings.namespace
             query = schema.query(schema.NamespaceQuery, request.query)
         raw = query.namespace
         return self.settings.namespace if raw is None else Namespace(raw)
@@ -395,9 +408,12 @@ class Api:
             except BackendUnavailable as e:
                 checks[name] = f"unavailable: {e.message}"
         ok = all(v == "ok" for v in checks.values())
+        # Which process answered: one of several with ``emq api --workers N``
+        pid = {PROCESS_HEADER: str(os.getpid())}
         if not ok:
-            return web.json_response({"status": "unavailable", **checks}, status=503)
-        return web.json_response({"status": "ok", **checks})
+            body = {"status": "unavailable", **checks}
+            return web.json_response(body, status=503, headers=pid)
+        return web.json_response({"status": "ok", **checks}, headers=pid)
 
     async def openapi(self, request: web.Request) -> web.Response:
         return web.json_response(spec())

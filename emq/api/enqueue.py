@@ -19,13 +19,14 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from emq.core import schema
 from emq.core.errors import BacklogFull
 from emq.core.interfaces import ConfigStore, JobProducer, PutItem
 from emq.core.jobs import placed_job_id
 from emq.core.model import (
     PRIORITIES,
-    Envelope,
     GroupRef,
     Job,
     JobLimits,
@@ -51,6 +52,13 @@ def jump_hash(key: str, buckets: int) -> int:
         h = (h * 2862933555777941757 + 1) & 0xFFFFFFFFFFFFFFFF
         j = int((b + 1) * ((1 << 31) / ((h >> 33) + 1)))
     return b
+
+
+def encode_envelope(job_id: str, job: Job, now_ms: int) -> bytes:
+    """``Envelope(job_id, job, now_ms).encode()``, by orjson: the same JSON document (its
+    strings were checked for lone surrogates by the job's validation), in a tenth of the time,
+    which a batch of 1000 jobs pays 1000 times."""
+    return orjson.dumps({"id": job_id, "t": now_ms, "job": job.to_dict()})
 
 
 def parse_jobs(raw: Sequence[object], limits: JobLimits, *, batch: bool) -> list[Job]:
@@ -163,7 +171,7 @@ class Enqueuer:
                 PutItem(
                     queue=group.queue(job.priority),
                     job_id=job_id,
-                    payload=Envelope(job_id, job, now_ms).encode(),
+                    payload=encode_envelope(job_id, job, now_ms),
                     idempotency_key=job.idempotency_key,
                     due_ms=now_ms + int(job.delay_s * 1000) if job.delay_s > 0 else None,
                 )

@@ -266,14 +266,26 @@ class GuardedRunner:
         self.guard.bind(server, asyncio.get_running_loop())
 
     async def listen(
-        self, host: str, port: int, *, backlog: int = 128, reuse_address: bool | None = None
+        self,
+        host: str,
+        port: int,
+        *,
+        backlog: int = 128,
+        reuse_address: bool | None = None,
+        reuse_port: bool | None = None,
     ) -> int:
-        """Accept connections on ``host:port``; the port bound (``port`` 0: a free one)."""
+        """Accept connections on ``host:port``; the port bound (``port`` 0: a free one).
+        ``reuse_port``: SO_REUSEPORT, several processes listening on one port."""
         if not self.guard.bound:
             raise RuntimeError("call setup() before listen()")
         loop = asyncio.get_running_loop()
         listener = await loop.create_server(
-            self.guard, host, port, backlog=backlog, reuse_address=reuse_address
+            self.guard,
+            host,
+            port,
+            backlog=backlog,
+            reuse_address=reuse_address,
+            reuse_port=reuse_port,
         )
         self._listeners.append(listener)
         return int(listener.sockets[0].getsockname()[1])

@@ -67,6 +67,9 @@ class ApiMetrics:
         )
 
         self.topics: TopicGauges | None = None
+        # (route, method, status) -> its request counter and latency histogram
+        self._series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
+        self._enqueued: dict[TopicRef, Counter] = {}  # a topic's series of emq_jobs_enqueued
 
     def watch_topics(
         self, config: ConfigStore, queues: QueueBackend, jobs: JobStore | None, ns: Namespace
@@ -78,7 +81,10 @@ class ApiMetrics:
     def accepted(self, ref: TopicRef, stored: int, duplicates: int) -> None:
         labels = (ref.namespace.value, ref.tenant, ref.topic)
         if stored:
-            self.enqueued.labels(*labels).inc(stored)
+            counter = self._enqueued.get(ref)
+            if counter is None:
+                counter = self._enqueued[ref] = self.enqueued.labels(*labels)
+            counter.inc(stored)
         if duplicates:
             self.duplicates.labels(*labels).inc(duplicates)
 
@@ -88,8 +94,15 @@ class ApiMetrics:
         response = await handler(request)
         route = request.match_info.route.resource
         name = route.canonical if route is not None else "unmatched"
-        self.requests.labels(name, request.method, str(response.status)).inc()
-        self.latency.labels(name).observe(time.perf_counter() - start)
+        key = (name, request.method, response.status)
+        series = self._series.get(key)
+        if series is None:  # labels() costs a lock and a tuple per call: once per series
+            series = self._series[key] = (
+                self.requests.labels(name, request.method, str(response.status)),
+                self.latency.labels(name),
+            )
+        series[0].inc()
+        series[1].observe(time.perf_counter() - start)
         return response
 
     async def handle(self, request: web.Request) -> web.Response:

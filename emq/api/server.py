@@ -9,15 +9,22 @@ only runs after the drain.
 Hostile clients are bounded (:mod:`emq.api.guard`): at most ``max_connections`` open at once,
 ``header_timeout_s`` for a request's headers, ``body_timeout_s`` for its body (where it is read),
 ``keepalive_timeout_s`` for an idle connection, and ``LINGER_S`` to drain a body nobody reads.
+
+One of several processes (``emq api --workers N``, :mod:`emq.api.supervisor`), it listens with
+SO_REUSEPORT, tells its supervisor once it listens, and stops as on SIGTERM if the supervisor
+is gone (:class:`Listening`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 import signal
 import time
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -36,6 +43,7 @@ from emq.compose import (
     open_replays,
     open_signal_routes,
 )
+from emq.core.errors import ConfigError
 from emq.core.settings import Settings
 
 log = logging.getLogger(__name__)
@@ -75,6 +83,41 @@ class Drain:
             return False
 
 
+@dataclass(frozen=True)
+class Listening:
+    """How ``serve`` listens: alone (the default), or as one of a supervisor's processes."""
+
+    reuse_port: bool = False  # SO_REUSEPORT: the kernel spreads connections over the processes
+    on_ready: Callable[[], None] | None = None  # called once listening
+    parent_fd: int | None = None  # readable (EOF) once the supervisor is gone: stop then
+
+    def watch_parent(self, loop: asyncio.AbstractEventLoop, stop: asyncio.Event) -> None:
+        """Stop (gracefully) when the supervisor exits without telling: no orphan serves on."""
+        fd = self.parent_fd
+        if fd is None:
+            return
+
+        def gone() -> None:
+            loop.remove_reader(fd)  # level-triggered: it would fire on every iteration
+            log.warning("emq api (pid %d): the supervisor is gone; stopping", os.getpid())
+            stop.set()
+
+        loop.add_reader(fd, gone)
+
+
+ALONE = Listening()
+
+
+async def _listen(runner: GuardedRunner, host: str, port: int, listening: Listening) -> None:
+    try:
+        await runner.listen(
+            host, port, backlog=2048, reuse_address=True, reuse_port=listening.reuse_port or None
+        )
+    except OSError as e:  # in use, a privileged port, an address not ours: one clear line
+        reason = os.strerror(e.errno) if e.errno else str(e)  # (uvloop's text names no errno)
+        raise ConfigError(f"cannot listen on {host}:{port}: {reason}") from None
+
+
 def make_runner(app: web.Application, api: ApiSettings) -> GuardedRunner:
     """The runner of ``emq api``: aiohttp's, with the connection guards and timeouts."""
     return GuardedRunner(
@@ -102,7 +145,9 @@ def _raise_open_files_limit(wanted: int) -> None:
             )
 
 
-async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> None:
+async def serve(
+    settings: Settings, api: ApiSettings, host: str, port: int, listening: Listening = ALONE
+) -> None:
     routes, route_watch = open_signal_routes(settings)  # puts address hints to the owners
     try:
         queues = await open_queues(settings, routes)
@@ -141,13 +186,17 @@ async def serve(settings: Settings, api: ApiSettings, host: str, port: int) -> N
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
     try:
         await runner.setup()
-        await runner.listen(host, port, backlog=2048, reuse_address=True)
+        await _listen(runner, host, port, listening)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, stop.set)
+        listening.watch_parent(loop, stop)
         log.info("emq api listening on http://%s:%d (%s)", host, port, settings.namespace.value)
-        print(f"emq api listening on http://{host}:{port}", flush=True)
+        if listening.on_ready is None:
+            print(f"emq api listening on http://{host}:{port}", flush=True)
+        else:  # the supervisor says so once every process listens
+            listening.on_ready()
         await stop.wait()
         started = time.monotonic()
         log.info("emq api stopping: %d requests in progress", drain.in_progress)

@@ -9,9 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import ClassVar
 
-from emq.core.settings import at_least, greater_than, setting, validate
+from emq.core.settings import at_least, between, greater_than, setting, validate
 
 _MIB = 1024 * 1024
+MAX_WORKERS = 64  # API processes per `emq api`
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,9 @@ class ApiSettings:
     body_timeout_s: float = setting(30.0, greater_than(0))
     keepalive_timeout_s: float = setting(75.0, greater_than(0))
     max_connections: int = setting(1000, at_least(1))
+    # API processes serving one port (SO_REUSEPORT) under a supervisor (emq.api.supervisor);
+    # 1 is a single process, as without the supervisor. ``emq api --workers N`` overrides it.
+    workers: int = setting(1, between(1, MAX_WORKERS))
 
     def __post_init__(self) -> None:
         validate(self)

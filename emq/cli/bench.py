@@ -97,6 +97,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     from emq.bench import enqueue
 
+    if args.api_processes:
+        return _enqueue_scaling(args)
     if args.durability == "compare":
         result = enqueue.compare(duration_s=args.duration_s)
         if args.json:
@@ -111,6 +113,20 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     else:
         for key in ("jobs_per_s", "requests_per_s", "p50_ms", "p99_ms"):
             print(f"{key:<16} {result[key]}")
+    return 0
+
+
+def _enqueue_scaling(args: argparse.Namespace) -> int:
+    from emq.bench import enqueue_scaling
+
+    try:
+        counts = [int(p) for p in args.api_processes.split(",")]
+    except ValueError:
+        raise EmqError(
+            f"--api-processes takes counts like 1,2, not {args.api_processes!r}"
+        ) from None
+    result = enqueue_scaling.run(counts, duration_s=args.duration_s)
+    print(json.dumps(result, indent=2) if args.json else enqueue_scaling.summary(result))
     return 0
 
 
@@ -202,6 +218,13 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--concurrency", type=int, default=64, help="push-clients: requests at once (64)"
+    )
+    bench.add_argument(
+        "--api-processes",
+        metavar="N,M",
+        help="enqueue: run `emq api --workers N` for each count given (e.g. 1,2) on the same "
+        "servers instead: single jobs and batches, with the CPU per 1000 requests of the API, "
+        "the load generators and Redis",
     )
     bench.add_argument("--qps", type=int, default=1000, help="replay: the topic's quota (1000)")
     bench.add_argument(

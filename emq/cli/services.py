@@ -48,15 +48,27 @@ def cmd_stack(args: argparse.Namespace, settings: Settings) -> int:
 def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
     import uvloop
 
-    from emq.api.server import serve
+    from emq.api.server import Listening, serve
+    from emq.api.settings import MAX_WORKERS, ApiSettings
 
+    api: ApiSettings = args.sections["api"]
+    workers = api.workers if args.workers is None else args.workers
+    if not 1 <= workers <= MAX_WORKERS:
+        raise EmqError(f"--workers must be from 1 to {MAX_WORKERS}, not {workers}")
     if not settings.admin_token:
         raise EmqError("EMQ_ADMIN_TOKEN is not set: the admin API needs a token")
     url = urlsplit(settings.api_url)
     host = args.host or url.hostname or "127.0.0.1"
     port = args.port or url.port or 8080
-    uvloop.run(serve(settings, args.sections["api"], host, port))
-    return 0
+    if workers == 1:
+        uvloop.run(serve(settings, api, host, port))
+        return 0
+    from emq.api.supervisor import Supervisor
+
+    def child(listening: Listening) -> None:
+        uvloop.run(serve(settings, api, host, port, listening))
+
+    return Supervisor(child, workers, host, port, grace_s=api.shutdown_grace_s).run()
 
 
 def cmd_worker(args: argparse.Namespace, settings: Settings) -> int:
@@ -153,10 +165,18 @@ def add_commands(sub: Subparsers) -> None:
         "api",
         help="serve the tenant and admin HTTP API",
         description="Serve the HTTP API on the host and port of EMQ_API_URL until SIGTERM; "
-        "in-flight requests finish before it exits.",
+        "in-flight requests finish before it exits. With --workers N (EMQ_API_WORKERS), N "
+        "processes share the port (SO_REUSEPORT) under a supervisor that restarts one that "
+        "dies and passes SIGTERM/SIGINT on.",
     )
     api.add_argument("--host", help="listen address (default: EMQ_API_URL's host)")
     api.add_argument("--port", type=int, help="listen port (default: EMQ_API_URL's port)")
+    api.add_argument(
+        "--workers",
+        type=int,
+        metavar="N",
+        help="API processes on the port, 1 to 64 (default: EMQ_API_WORKERS, 1)",
+    )
     api.set_defaults(func=cmd_api)
 
     demo = sub.add_parser(

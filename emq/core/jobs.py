@@ -13,7 +13,8 @@ What the queue cannot say, the worker writes down off the hot path:
 from __future__ import annotations
 
 import abc
-import os
+import functools
+import random
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -22,6 +23,9 @@ from typing import Any, NamedTuple
 from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
+_DIGIT_PAIRS = [a + b for a in _CROCKFORD for b in _CROCKFORD]  # 10 bits -> 2 digits
+_PAIR_SHIFTS = tuple(range(120, -1, -10))  # 13 pairs: 130 bits
+_LOW = _PAIR_SHIFTS[5:]  # the low 80 bits' 8 pairs
 _DECODE = {c: i for i, c in enumerate(_CROCKFORD)}
 _ID_RE = re.compile(r"^msg_[0-9a-hjkmnp-tv-z]{26}$")
 GROUP_BITS = 20  # up to 1 048 576 groups (a topic's groups never exceed its qps, 1 000 000)
@@ -39,14 +43,24 @@ def placed_job_id(now_ms: int, group_index: int, priority: Priority) -> str:
     (the rest random): the job can be found again without an index."""
     if not 0 <= group_index < (1 << (GROUP_BITS - 1)):
         group_index = (1 << (GROUP_BITS - 1)) - 1  # unfindable rather than wrong: never hit
-    rand = int.from_bytes(os.urandom(8), "big") & ((1 << _RANDOM_BITS) - 1)
+    # Unique, not secret (a lookup needs the tenant's token): the module's generator, ~10x
+    # cheaper than a system call per id for a batch of 1000, and reseeded in a forked child.
+    rand = random.getrandbits(_RANDOM_BITS)
     low = _PLACED | (group_index << _GROUP_SHIFT) | (priority.rank << _RANDOM_BITS) | rand
-    n = (now_ms << 80) | low
-    chars = []
-    for _ in range(26):
-        n, r = divmod(n, 32)
-        chars.append(_CROCKFORD[r])
-    return "msg_" + "".join(reversed(chars))
+    # 130 bits: 50 of time (10 digits, the same for a whole batch), then 80 (16 digits)
+    low_digits = "".join([_DIGIT_PAIRS[(low >> shift) & 1023] for shift in _LOW])
+    return "msg_" + _time_digits(now_ms) + low_digits
+
+
+def base32_digits(n: int) -> str:
+    """``n`` (< 2**130) as 26 Crockford base32 digits, most significant first: two digits per
+    10 bits from a table (3x faster than a divmod per digit)."""
+    return "".join([_DIGIT_PAIRS[(n >> shift) & 1023] for shift in _PAIR_SHIFTS])
+
+
+@functools.lru_cache(maxsize=8)
+def _time_digits(now_ms: int) -> str:
+    return base32_digits(now_ms << 80)[:10]
 
 
 @dataclass(frozen=True, slots=True)

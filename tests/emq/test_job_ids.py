@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import itertools
+import random
 import time
 
-from emq.core.jobs import JobPlace, job_place, placed_job_id
+from emq.core.jobs import JobPlace, base32_digits, job_place, placed_job_id
 from emq.core.model import PRIORITIES, Priority, new_job_id
 
 
@@ -31,3 +32,29 @@ def test_ids_that_are_not_placed_ids_have_no_place() -> None:
         assert job_place(text) is None
     unplaced = [new_job_id() for _ in range(200)]
     assert any(job_place(i) is None for i in unplaced)  # half of them carry no "placed" bit
+
+
+def test_base32_digits_are_the_crockford_digits_of_the_number() -> None:
+    rng = random.Random(7)
+    for n in [
+        0,
+        1,
+        31,
+        32,
+        1023,
+        1024,
+        (1 << 130) - 1,
+        *(rng.getrandbits(130) for _ in range(2000)),
+    ]:
+        digits, m = [], n
+        for _ in range(26):
+            m, r = divmod(m, 32)
+            digits.append("0123456789abcdefghjkmnpqrstvwxyz"[r])
+        assert base32_digits(n) == "".join(reversed(digits))
+
+
+def test_a_placed_id_is_the_base32_of_its_time_and_place() -> None:
+    for now in (0, 1, 1_700_000_000_123, (1 << 48) - 1):
+        job_id = placed_job_id(now, 77, Priority.HIGH)
+        assert job_id[4:14] == base32_digits(now << 80)[:10]
+        assert job_place(job_id) == JobPlace(now, 77, Priority.HIGH)
