@@ -123,9 +123,9 @@ class JobLog:
         buffers = g.buffers
         counter = g.counter
         quota_until = None
-        if buffers is not None and (buffers[0] or buffers[1] or buffers[2]):
-            if counter.available(now) == 0:
-                quota_until = int((now + counter.wait_s(now)) * 1000)
+        buffered = buffers is not None and (buffers[0] or buffers[1] or buffers[2])
+        if buffered and counter.available(now) == 0:
+            quota_until = int((now + counter.wait_s(now)) * 1000)
         queues = {}
         for i, (q, p) in enumerate(g.progress.items()):  # (high, medium, low: buffers' order)
             buffer = buffers[i] if buffers is not None else None
