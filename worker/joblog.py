@@ -113,8 +113,33 @@ class JobLog:
         for g in list(groups.values()):
             if g.dropped or not (g.buffered() or g.in_flight):
                 continue
-            out.append((g.ref, orjson.dumps(self.snapshot(g, now).to_dict())))
+            out.append((g.ref, self.snapshot_json(g, now)))
         return out
+
+    def snapshot_json(self, g: GroupState, now: float) -> bytes:
+        """``snapshot(g, now).to_dict()`` as JSON, built directly: every group with work, every
+        second, so its cost grows with the groups owned (27 us a group the long way, a fifth
+        of a core for 6670 groups; ``emq bench dispatch --workload W7``)."""
+        buffers = g.buffers
+        counter = g.counter
+        quota_until = None
+        buffered = buffers is not None and (buffers[0] or buffers[1] or buffers[2])
+        if buffered and counter.available(now) == 0:
+            quota_until = int((now + counter.wait_s(now)) * 1000)
+        queues = {}
+        for i, (q, p) in enumerate(g.progress.items()):  # (high, medium, low: buffers' order)
+            buffer = buffers[i] if buffers is not None else None
+            head = str(buffer[0].offset) if buffer else None
+            queues[q.priority.value] = [str(p.committed), str(p.last_fetched), head]
+        return orjson.dumps(
+            {
+                "w": self._worker,
+                "at": int(now * 1000),
+                "qu": quota_until,
+                "ef": g.topic.room() <= 0,
+                "q": queues,
+            }
+        )
 
     def snapshot(self, g: GroupState, now: float) -> GroupSnapshot:
         quota_until = None

@@ -29,8 +29,8 @@ from adapters.redis_replies import (
     ready_names,
     text,
 )
-from emq.core.errors import BackendUnavailable
-from emq.core.interfaces import Checkpoint, Entry, Offset
+from emq.core.errors import BackendUnavailable, Fenced
+from emq.core.interfaces import Checkpoint, Claimed, Entry, Offset
 from emq.core.model import GroupRef, QueueRef
 
 _READ_QUEUES = 128  # queues per READ script (each up to a fetch's count of entries)
@@ -223,6 +223,30 @@ class RedisOwner(RedisQueueBase):
         previous = text(self._fenced_result(reply, group, epoch, "claim"))
         return previous not in ("", holder)
 
+    async def claim_groups(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> list[Claimed | Fenced]:
+        """Each group's claim and then its three checkpoint reads, all in one pipeline (in
+        order on the server: each read sees its group's claim applied). A claim sent twice
+        (a broken connection) is harmless: the second finds this holder already."""
+        commands: list[Any] = []
+        for group, epoch in groups:
+            keys = (self._keys.epoch(group), self._keys.holder(group))
+            commands.append(self._eval(self._claim, keys, (epoch, holder)))
+            commands += [("HMGET", self._keys.checkpoint(q), "o", "e") for q in group.queues()]
+        replies = await self._pipeline(commands, "claim")
+        out: list[Claimed | Fenced] = []
+        for n, (group, epoch) in enumerate(groups):
+            reply, *checkpoints = replies[4 * n : 4 * n + 4]
+            try:
+                previous = text(self._fenced_result(reply, group, epoch, "claim"))
+            except Fenced as e:
+                out.append(e)
+                continue
+            read = [_checkpoint(offset, e) for offset, e in checkpoints]
+            out.append((previous not in ("", holder), read))
+        return out
+
     async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
         holders = [self._keys.holder(g) for g in groups]
         chunks = self._per_slot(holders, self._slot)
@@ -257,12 +281,13 @@ class RedisOwner(RedisQueueBase):
         return keys
 
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
-        offset, epoch = await self._call(
-            ("HMGET", self._keys.checkpoint(queue), "o", "e"), "read_checkpoint"
-        )
-        if offset is None:
-            return None
-        return Checkpoint(offset_of(offset), int(epoch))
+        return (await self.read_checkpoints([queue]))[0]
+
+    async def read_checkpoints(self, queues: Sequence[QueueRef]) -> list[Checkpoint | None]:
+        """One pipelined HMGET per queue, in one round trip."""
+        commands = [("HMGET", self._keys.checkpoint(q), "o", "e") for q in queues]
+        replies = await self._pipeline(commands, "read_checkpoint")
+        return [_checkpoint(offset, epoch) for offset, epoch in replies]
 
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
@@ -336,3 +361,8 @@ class RedisOwner(RedisQueueBase):
         """The newest signal's id, or ``0-0`` if none: every later signal sorts after it."""
         newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
         return text(newest[0][0]) if newest else "0-0"
+
+
+def _checkpoint(offset: Any, epoch: Any) -> Checkpoint | None:
+    """A checkpoint hash's ``o`` and ``e`` fields as read (None: never committed)."""
+    return None if offset is None else Checkpoint(offset_of(offset), int(epoch))

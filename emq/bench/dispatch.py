@@ -38,6 +38,8 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   settings (request timeout 10 s); from 4 s after the first delivery (the worker opens 3200
   connections at start) over at least 12 s (the first timeouts and their retries inside), the
   healthy topics' delivered/s against their quota.
+* **W7** cost independent of group count: :mod:`emq.bench.workloads_groups`; **W8** ten tenants
+  through the API against W2: :mod:`emq.bench.workloads_api`.
 * **W9** priority under backlog and **W10** memory bounded in bytes: see
   :mod:`emq.bench.priority`.
 
@@ -60,6 +62,8 @@ from emq.bench.harness import Contention, Harness
 from emq.bench.machine import describe
 from emq.bench.priority import w9, w10
 from emq.bench.workloads import WORKLOADS, w2, w2_noop
+from emq.bench.workloads_api import w8
+from emq.bench.workloads_groups import w7
 from emq.bench.workloads_idle import w4, w5
 from emq.bench.workloads_isolation import w6, w6b
 from emq.bench.workloads_pace import w3, w11
@@ -76,6 +80,8 @@ SUMMARY_EXTRA = {
     "W2-noop": ("jobs_per_s", "seconds"),
     "W3": ("ratio_mean", "sliding_p99", "sustained_mean", "competitor", "samples"),
     "W11": ("keyed_vs_unkeyed_jobs_per_s", "keyed_vs_unkeyed_cpu_per_job"),
+    "W7": ("jobs_per_s", "worker_cpu_us_per_job", "many_groups_cpu_ratio"),
+    "W8": ("worker_cpu_us_per_job", "w2_worker_cpu_us_per_job", "jobs_per_s", "w2_jobs_per_s"),
     "W4": ("worker_rss_mib", "idle_redis_ops_per_s", "active_cpu_pct_of_core"),
     "W5": ("p50_ms", "samples"),
     "W6": ("healthy_per_s", "healthy_per_s_without_hangs", "healthy_vs_quota"),
@@ -94,6 +100,8 @@ RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W9": w9,
     "W10": w10,
     "W11": w11,
+    "W7": w7,
+    "W8": w8,
 }
 
 
@@ -104,7 +112,7 @@ def plan(workload: str, noop: bool) -> list[str]:
             raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
         return ["W2-noop"]
     if workload == "all":
-        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11"]
+        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11", "W7", "W8"]
     if workload not in WORKLOADS:
         raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
     return [workload]

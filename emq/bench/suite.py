@@ -165,6 +165,8 @@ _DISPATCH_EXTRA = {
     "W5": ("p50_ms",),
     "W6": ("healthy_per_s",),
     "W6b": ("healthy_per_s", "slow_per_s"),
+    "W7": ("many_groups_cpu_ratio",),
+    "W8": ("worker_cpu_us_per_job", "w2_worker_cpu_us_per_job"),
 }
 
 

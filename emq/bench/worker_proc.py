@@ -3,11 +3,12 @@
     python -m emq.bench.worker_proc SPEC.json
 
 The spec (written by the benchmark) names the Redis URL and key prefix, the worker settings, the
-tenant's topics and whether delivery is a no-op. The worker is the real one (``worker.runtime
-.Worker`` with real Redis queues, Redis history, the standalone assignment and the push executor
-allowing ``127.0.0.0/8``), wired as ``emq worker --standalone`` wires it, except that topic
-configuration comes from an in-memory store filled from the spec instead of ZooKeeper: a
-ZooKeeper process would compete for this machine's two cores and measure nothing of the worker.
+tenant's topics (a topic may name another tenant: W8) and whether delivery is a no-op. The worker
+is the real one (``worker.runtime.Worker`` with real Redis queues, Redis history, the standalone
+assignment and the push executor allowing ``127.0.0.0/8``), wired as ``emq worker --standalone``
+wires it, except that topic configuration comes from an in-memory store filled from the spec
+instead of ZooKeeper: a ZooKeeper process would compete for this machine's two cores and measure
+nothing of the worker.
 
 Control by signal, so that an idle worker spends nothing on being observed:
 
@@ -81,7 +82,7 @@ def topics_of(spec: dict[str, Any]) -> list[Topic]:
     tenant = spec["tenant"]
     return [
         Topic(
-            TopicRef(NAMESPACE, tenant, t["topic"]),
+            TopicRef(NAMESPACE, t.get("tenant", tenant), t["topic"]),
             t["qps"],
             t.get("groups", 1),
             endpoint_concurrency=t.get("endpoint_concurrency", 32),
@@ -155,7 +156,8 @@ async def run(spec: dict[str, Any]) -> None:
         aioredis.Redis.from_url(spec["redis_url"]), RedisKeys(spec["prefix"]), owns_client=True
     )
     config = MemoryConfigStore()
-    await config.create_tenant(Tenant(spec["tenant"], "bench", "0" * 64, time.time()))
+    for tenant in {spec["tenant"], *(t.get("tenant", spec["tenant"]) for t in spec["topics"])}:
+        await config.create_tenant(Tenant(tenant, "bench", "0" * 64, time.time()))
     assignment = StandaloneAssignment(config, NAMESPACE)
     pusher: Pusher = NoopPusher()
     if not spec.get("noop"):

@@ -18,6 +18,9 @@ Paths:
   header (``X-Bench-Sent``: epoch seconds, set when the job was enqueued) also records its
   latency. In a :class:`Sink`, answered as the topic's behaviour says (by default ``200`` at
   once) and counted when answered.
+* ``/logged/<topic>``: a receiver that does some work per request: parses the JSON body and logs
+  a line for it (the ``emq.rigs.sink.requests`` logger: the process's output, its log file), then
+  answers ``200`` (``400`` to a body that is not JSON) and is counted like ``/t/`` (W8).
 * ``/hang/<anything>``: never answered; the connection stays open until the client gives up.
 * ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
   wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
@@ -52,8 +55,10 @@ import argparse
 import asyncio
 import http
 import json
+import logging
 import signal
 import socket
+import sys
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -68,6 +73,8 @@ from worker.main import raise_fd_limit
 __all__ = ["Behaviour", "Delivery", "Sink", "SinkProtocol", "Stats", "main", "serve"]
 
 _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+_BAD = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
+requests_log = logging.getLogger("emq.rigs.sink.requests")
 _TOO_MANY = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
 _FAILED = {
     b"fail": (500, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"),
@@ -125,7 +132,7 @@ class SinkProtocol(asyncio.Protocol):
             total = end + 4 + _content_length(head)
             if len(buffer) < total:
                 return
-            body = bytes(buffer[end + 4 : total]) if self._sink is not None else b""
+            body = bytes(buffer[end + 4 : total])
             del buffer[:total]
             if not self._handle(head, body):
                 return
@@ -145,17 +152,15 @@ class SinkProtocol(asyncio.Protocol):
             self._sink.arrived(self, topic, head, body, now)
             return not self._hung
         if path.startswith(b"/t/"):
-            topic = path[3:].split(b"?", 1)[0].decode()
-            if not stats.requests:
-                stats.first_at = now
-            stats.requests += 1
-            stats.last_at = now
-            stats.per_second[topic][int(now)] += 1
-            sent = _header(head, stats.latency_header)
-            if sent is not None:
-                stats.latencies[topic].append(now - float(sent))
-            stats.note(head, now, path[3:], 200)
+            self._count(head, now, path[3:])
             transport.write(_OK)
+        elif path.startswith(b"/logged/"):
+            if self._logged(head, body, path[8:]):
+                self._count(head, now, path[8:])
+                transport.write(_OK)
+            else:
+                stats.other += 1
+                transport.write(_BAD)
         elif path.startswith(b"/slow/"):
             ms, _, slow = path[6:].split(b"?", 1)[0].partition(b"/")
             stats.note(head, now, path[6:].partition(b"/")[2], 200)
@@ -180,6 +185,34 @@ class SinkProtocol(asyncio.Protocol):
         else:
             stats.other += 1
             transport.write(_OK)
+        return True
+
+    def _count(self, head: bytes, now: float, topic_path: bytes) -> None:
+        """Count one answered request to ``topic_path`` (``<topic>[?query]``)."""
+        stats = self._stats
+        topic = topic_path.split(b"?", 1)[0].decode()
+        if not stats.requests:
+            stats.first_at = now
+        stats.requests += 1
+        stats.last_at = now
+        stats.per_second[topic][int(now)] += 1
+        sent = _header(head, stats.latency_header)
+        if sent is not None:
+            stats.latencies[topic].append(now - float(sent))
+        stats.note(head, now, topic_path, 200)
+
+    @staticmethod
+    def _logged(head: bytes, body: bytes, topic_path: bytes) -> bool:
+        """``/logged/<topic>``: parse the body and log a line for it; False if it is no JSON."""
+        try:
+            doc = json.loads(body)
+        except ValueError:
+            return False
+        webhook_id = (_header(head, b"\r\nwebhook-id:") or b"").decode()
+        fields = len(doc) if isinstance(doc, dict) else 0
+        requests_log.info(
+            "%s %s: %d bytes, %d fields", topic_path.decode(), webhook_id, len(body), fields
+        )
         return True
 
     def _flaky(self, head: bytes, now: float, path: bytes) -> None:
@@ -298,6 +331,8 @@ def main() -> None:
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--record", action="store_true", help="keep a per-request delivery log")
     a = p.parse_args()
+    # The /logged/ receiver's lines: the process's output (its log file under the benchmark).
+    logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(asctime)s %(message)s")
     raise_fd_limit(0)  # W6b holds thousands of connections open
     uvloop.run(serve(a.host, a.port, a.record))
 

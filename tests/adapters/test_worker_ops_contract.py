@@ -236,6 +236,33 @@ async def test_trim_many_applies_all_but_the_fenced_group(subject: Subject) -> N
     assert await backend.trim_many([]) == set()
 
 
+async def test_claim_groups_claims_each_and_reads_its_checkpoints_or_says_fenced(
+    subject: Subject,
+) -> None:
+    backend, groups = subject.backend, spread_groups(6)
+    await assert_on_every_shard(subject, groups)
+    offsets = {g: await put_n(backend, g.queue(MEDIUM), 3) for g in groups}
+    for g in groups:
+        await backend.claim(g, 1, "a")
+    written = [(g.queue(MEDIUM), offsets[g][1], 1) for g in groups]
+    assert await backend.write_checkpoints(written) == set()
+    await backend.claim(groups[3], 5, "a")  # a newer epoch than the batch below asks
+    answers = await backend.claim_groups([(g, 2) for g in groups], "b")
+    assert isinstance(answers[3], Fenced)
+    for g, answer in zip(groups, answers, strict=True):
+        if g == groups[3]:
+            continue
+        assert not isinstance(answer, Fenced)
+        contested, (high, medium, low) = answer
+        assert contested is True  # "a" never let go
+        assert high is None and low is None
+        assert medium is not None and (medium.offset, medium.epoch) == (offsets[g][1], 1)
+    assert await backend.check_holds([(g, 2) for g in groups], "b") == {groups[3]}
+    again = await backend.claim_groups([(groups[0], 2)], "b")  # its own holder: not contested
+    assert not isinstance(again[0], Fenced) and again[0][0] is False
+    assert await backend.claim_groups([], "b") == []
+
+
 async def test_write_checkpoints_of_3000_queues(subject: Subject) -> None:
     # Not a timed test (benchmarks live in `emq bench`): the figure is printed for the record.
     backend = subject.backend

@@ -17,6 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import NamedTuple, Protocol
 
+from emq.core.errors import Fenced
 from emq.core.interfaces.resource import AsyncResource
 from emq.core.model import DLQ_DEFAULTS, DlqRetention, GroupRef, Priority, QueueRef
 
@@ -62,6 +63,10 @@ class Checkpoint:
 
     offset: Offset
     epoch: int
+
+
+# A group claimed: whether its claim was contested, and its high, medium, low checkpoints.
+Claimed = tuple[bool, list[Checkpoint | None]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -218,6 +223,23 @@ class GroupOwner(QueueProbe, Protocol):
         :meth:`check_holds` (see :mod:`allocator.fleet`).
         """
 
+    async def claim_groups(
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+    ) -> list[Claimed | Fenced]:
+        """:meth:`claim` each ``(group, epoch)`` and then read its three checkpoints (high,
+        medium, low; final, since the claim fenced any former owner's writes): per group,
+        ``(contested, checkpoints)``, or the ``Fenced`` it met. A backend may do all of it in
+        one round trip: a worker taking over thousands of groups claims them in batches."""
+        out: list[Claimed | Fenced] = []
+        for group, epoch in groups:
+            try:
+                contested = await self.claim(group, epoch, holder)
+            except Fenced as e:
+                out.append(e)
+                continue
+            out.append((contested, await self.read_checkpoints(group.queues())))
+        return out
+
     @abc.abstractmethod
     async def release_holds(self, groups: Sequence[GroupRef], holder: str) -> None:
         """``holder`` stopped touching ``groups`` for good: the next claim is not contested.
@@ -248,6 +270,11 @@ class GroupOwner(QueueProbe, Protocol):
     @abc.abstractmethod
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         """The queue's committed checkpoint, or ``None`` if nothing was ever committed."""
+
+    async def read_checkpoints(self, queues: Sequence[QueueRef]) -> list[Checkpoint | None]:
+        """:meth:`read_checkpoint` of each of ``queues``, in order (a backend may read them in
+        one round trip: a worker claiming thousands of groups reads three each)."""
+        return [await self.read_checkpoint(q) for q in queues]
 
     @abc.abstractmethod
     async def write_checkpoints(
