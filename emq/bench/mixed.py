@@ -44,6 +44,7 @@ from emq.core.errors import EmqError
 KINDS = ("steady", "steady", "steady", "flood", "fail", "busy", "hang", "slow")
 MISBEHAVING = frozenset({"flood", "fail", "busy", "hang", "slow"})
 PRIORITIES = ("high", "medium", "low")
+CHANGE_AT = 0.4  # the live quota changes come at this share of the run
 STEADY_MIN_JOBS = 100  # fewer and one job more or less moves the sustained rate by >1 %
 SLOW_MS = 300  # how long a slow endpoint takes to answer
 # A key carries one request at a time (order per key), so a keyed topic's rate is at most its
@@ -96,9 +97,13 @@ def _topic(rng: random.Random, name: str, kind: str, duration_s: float, max_qps:
     new_qps = None
     if rng.random() < 0.4:
         new_qps = max(1, min(max_qps, round(qps * rng.choice((0.5, 2.0)))))
-    span_qps = min(qps, new_qps or qps)  # the backlog lasts the run at the lower quota
+    span_qps = min(qps, new_qps or qps)
+    # A steady backlog lasts the run at the quotas in force (the change comes at CHANGE_AT of
+    # it): sized at the lower quota, a doubled topic ran dry after the change and the trickled
+    # highs alone made its "sustained" rate ~0.6 (the checker judges every complete second).
+    steady = qps * duration_s * (CHANGE_AT + (1 - CHANGE_AT) * (new_qps or qps) / qps)
     jobs = {
-        "steady": math.ceil(span_qps * duration_s),
+        "steady": math.ceil(steady),
         "flood": math.ceil(span_qps * duration_s * 0.8),
         "hang": min(20, qps * 2),
     }.get(kind, min(2000, math.ceil(qps * duration_s / 3)))
@@ -222,7 +227,7 @@ async def _timeline(run: Run) -> None:
         for t in steady:
             if t.high:
                 await run.enqueue(t, max(1, t.qps // 20), "high")
-        if not changed and elapsed >= spec.duration_s * 0.4:
+        if not changed and elapsed >= spec.duration_s * CHANGE_AT:
             changed = True
             for t in spec.topics:
                 if t.new_qps is not None:
