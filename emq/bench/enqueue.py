@@ -36,6 +36,22 @@ TARGETS = {"jobs_per_s": 30_000, "requests_per_s": 4_000, "producer_send_loop_jo
 PRODUCER_JOBS = 100_000
 
 
+def api_env(redis: Service, zk: Service, base: str, **extra: str) -> dict[str, str]:
+    """The environment of an ``emq api`` the benches start on ``redis`` and ``zk`` (no EMQ_*
+    setting of the caller's leaks in)."""
+    return (
+        {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+        | {
+            "EMQ_REDIS_URL": f"redis://{redis.address}/0",
+            "EMQ_ZK_HOSTS": zk.address,
+            "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
+            "EMQ_API_URL": base,
+            "EMQ_LOG_LEVEL": "WARNING",
+        }
+        | extra
+    )
+
+
 def _call(base: str, method: str, path: str, body: dict[str, Any] | None = None) -> Any:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(
@@ -182,14 +198,7 @@ def _with_api(
     duration_s, batch_c, single_c, producer_jobs = load
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
-        "EMQ_REDIS_URL": f"redis://{redis.address}/0",
-        "EMQ_ZK_HOSTS": zk.address,
-        "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
-        "EMQ_API_URL": base,
-        "EMQ_LOG_LEVEL": "WARNING",
-        "EMQ_DURABILITY": durability,
-    }
+    env = api_env(redis, zk, base, EMQ_DURABILITY=durability)
     api = Proc("api", ["api"], env, log)
     try:
         _wait_healthy(base, api)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from emq.bench.enqueue import ADMIN_TOKEN, _call, _wait_healthy
+from emq.bench.enqueue import _call, _wait_healthy, api_env
 from emq.bench.harness import cpu_seconds
 from emq.bench.machine import describe
 from emq.core.errors import EmqError
@@ -122,13 +122,7 @@ def _with_api(
     clients, duration_s = load
     port = free_port()
     base = f"http://127.0.0.1:{port}"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
-        "EMQ_REDIS_URL": f"redis://{redis.address}/0",
-        "EMQ_ZK_HOSTS": zk.address,
-        "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
-        "EMQ_API_URL": base,
-        "EMQ_LOG_LEVEL": "WARNING",
-    }
+    env = api_env(redis, zk, base)
     api = Proc("api", ["api", "--workers", str(processes)], env, log)
     redis_pid = redis.status().pid
     assert redis_pid is not None

@@ -17,6 +17,7 @@ import json
 import os
 import resource
 import signal
+import sys
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterable, Sequence
@@ -76,6 +77,25 @@ class CpuMeter:
         out = {name: cpu_seconds(pid) - self._cpu[name] for name, pid in self.pids.items()}
         out["wall_s"] = time.monotonic() - self._wall
         return out
+
+
+async def json_of(module: str, *args: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    """``python -m module args`` (a bench's client in its own process): its JSON output, or
+    None and why (its exit status and the end of its stderr); killed after ``timeout_s``."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", module, *args,
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), timeout_s)
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+            await proc.wait()
+    if proc.returncode != 0:
+        return None, f"exited {proc.returncode}: {err.decode(errors='replace')[-500:]}"
+    result: dict[str, Any] = json.loads(out)
+    return result, ""
 
 
 def share(used: dict[str, float]) -> dict[str, float]:

@@ -13,16 +13,13 @@ does not depend on it.
 
 from __future__ import annotations
 
-import asyncio
-import json
-import sys
 import tempfile
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from emq.bench.harness import CpuMeter, share
+from emq.bench.harness import CpuMeter, json_of, share
 from emq.bench.machine import describe
 from emq.bench.push_client_run import CLIENTS
 from emq.core.errors import EmqError
@@ -37,22 +34,14 @@ async def client_run(sink: SinkProcess, client: str, concurrency: int, duration_
     """One run of ``client`` against ``sink`` in its own process (also W2's raw ceiling)."""
     await sink.get("/_reset")
     meter = CpuMeter({"sink": sink.pid}).start()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "emq.bench.push_client_run", client, sink.base,
+    found, why = await json_of(
+        "emq.bench.push_client_run", client, sink.base,
         "--topics", str(TOPICS), "--concurrency", str(concurrency),
-        "--duration-s", str(duration_s),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "--duration-s", str(duration_s), timeout_s=duration_s + 60,
     )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), duration_s + 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    if proc.returncode != 0:
-        tail = err.decode(errors="replace")[-300:]
-        return {"client": client, "failed": f"exited {proc.returncode}: {tail}"}
-    result: dict[str, Any] = json.loads(out)
+    if found is None:
+        return {"client": client, "failed": why}
+    result: dict[str, Any] = found
     result["sink_cpu_pct_of_core"] = share(meter.read())["sink"]
     return result
 

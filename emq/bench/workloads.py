@@ -12,10 +12,8 @@ are in :mod:`emq.bench.workloads_pace` (W3 rate accuracy, W11 keyed order),
 from __future__ import annotations
 
 import asyncio
-import json
 import math
 import statistics
-import sys
 import time
 from typing import Any
 
@@ -27,6 +25,7 @@ from emq.bench.harness import (
     Harness,
     WorkerHandle,
     job_item,
+    json_of,
     preload,
     round_robin,
     rss_mib,
@@ -222,21 +221,14 @@ async def _ceiling(h: Harness, concurrency: int, duration_s: float) -> dict[str,
     await h.sink_call("/_reset")
     meter = CpuMeter({"sink": h.sink_pid}).start()
     contention = Contention(h.sink_pid, h.redis_pid).start()
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "emq.bench.ceiling", h.sink_base,
+    found, why = await json_of(
+        "emq.bench.ceiling", h.sink_base,
         "--topics", str(len(W2_TOPICS)), "--concurrency", str(concurrency),
-        "--duration-s", str(duration_s),
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        "--duration-s", str(duration_s), timeout_s=duration_s + 60,
     )  # fmt: skip
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), duration_s + 60)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    if proc.returncode != 0:
-        raise EmqError(f"the ceiling client failed: {err.decode(errors='replace')[-500:]}")
-    result: dict[str, Any] = json.loads(out)
+    if found is None:
+        raise EmqError(f"the ceiling client failed: {why}")
+    result: dict[str, Any] = found
     result["sink_cpu_pct_of_core"] = share(meter.read())["sink"]
     result["contention"] = contention.read()
     return result
