@@ -11,8 +11,9 @@ ready signal and the due index) after the writes they announce. The roles build 
 
 from __future__ import annotations
 
+import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
 from redis import exceptions as rex
@@ -102,6 +103,30 @@ class RedisQueueBase:
     async def load_scripts(self) -> None:
         """Load every script into Redis (on a Cluster client, into every primary)."""
         await self._calls.load_scripts()
+
+    async def _blocking_read(
+        self,
+        key: str,
+        timeout_s: float,
+        grace_s: float,
+        read: Callable[[int | None], Awaitable[_T]],
+    ) -> _T:
+        """``read(block_ms)``: a blocking read of ``key`` (the ready signals) that records the
+        backend's health; a server that takes it and gives no answer within ``timeout_s +
+        grace_s`` is unavailable (:class:`~emq.core.errors.BackendUnavailable`)."""
+        block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
+        try:
+            async with asyncio.timeout(max(0.0, timeout_s) + grace_s):
+                with translated("wait_ready"):
+                    result = await read(block)
+        except TimeoutError as e:  # the server took the command but never answered
+            self.health.failed(f"no answer to a blocking read of {key}")
+            raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
+        except BackendUnavailable as e:
+            self.health.failed(e.message)
+            raise
+        self.health.ok()
+        return result
 
     async def _pipeline(
         self, commands: Sequence[Command], what: str, *, repeatable: bool = True

@@ -11,13 +11,11 @@ few commands. Ready signals are read by XREAD BLOCK on the dedicated blocking cl
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from adapters.redis_conn import translated
 from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
 from adapters.redis_queue.lua import FENCE, OFFSETS
 from adapters.redis_replies import (
@@ -29,7 +27,7 @@ from adapters.redis_replies import (
     ready_names,
     text,
 )
-from emq.core.errors import BackendUnavailable, Fenced
+from emq.core.errors import Fenced
 from emq.core.interfaces import Checkpoint, Claimed, Entry, Offset
 from emq.core.model import GroupRef, QueueRef
 
@@ -342,19 +340,12 @@ class RedisOwner(RedisQueueBase):
         signals behind misses the trimmed ones: signals are hints, its sweep covers them.
         """
         key = self._keys.ready()
-        block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
-        try:
-            async with asyncio.timeout(max(0.0, timeout_s) + _BLOCK_GRACE_S):
-                with translated("wait_ready"):
-                    after = await self._ready_tail(key) if cursor is None else cursor_of(cursor)
-                    reply = await self._blocking.xread({key: after}, max(1, count), block)
-        except TimeoutError as e:  # the server took the command but never answered
-            self.health.failed(f"no answer to a blocking read of {key}")
-            raise BackendUnavailable(f"redis did not answer a blocking read of {key}") from e
-        except BackendUnavailable as e:
-            self.health.failed(e.message)
-            raise
-        self.health.ok()
+
+        async def read(block: int | None) -> tuple[str, Any]:
+            after = await self._ready_tail(key) if cursor is None else cursor_of(cursor)
+            return after, await self._blocking.xread({key: after}, max(1, count), block)
+
+        after, reply = await self._blocking_read(key, timeout_s, _BLOCK_GRACE_S, read)
         return ready_names(reply, after)
 
     async def _ready_tail(self, key: str) -> str:

@@ -39,13 +39,11 @@ written before the change are found (see the README's "Ready signals and due ind
 
 from __future__ import annotations
 
-import asyncio
 import logging
 import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from adapters.redis_conn import translated
 from adapters.redis_queue.base import READY_MAXLEN, RedisQueueBase
 from adapters.redis_replies import Command, Hints, cursor_of, score_pairs, text
 from emq.core.errors import BackendUnavailable, InvalidInput
@@ -127,19 +125,12 @@ class RedisSignals(RedisQueueBase):
             shared_only = await super().wait_ready(cursor, timeout_s, count)  # type: ignore[misc]
             return shared_only
         inbox, shared = self._keys.inbox(self._address), self._keys.ready()
-        block = max(1, round(timeout_s * 1000)) if timeout_s > 0 else None
-        try:
-            async with asyncio.timeout(max(0.0, timeout_s) + _BLOCK_GRACE_S):
-                with translated("wait_ready"):
-                    after = await self._cursors(cursor, inbox, shared)
-                    found = await self._read_both(after, max(1, count), block)
-        except TimeoutError as e:  # the server took the command but never answered
-            self.health.failed(f"no answer to a blocking read of {inbox}")
-            raise BackendUnavailable(f"redis did not answer a blocking read of {inbox}") from e
-        except BackendUnavailable as e:
-            self.health.failed(e.message)
-            raise
-        self.health.ok()
+
+        async def read(block: int | None) -> tuple[dict[str, str], dict[str, list[str]]]:
+            after = await self._cursors(cursor, inbox, shared)
+            return after, await self._read_both(after, max(1, count), block)
+
+        after, found = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
         mine = found.get(inbox, [])
         stray = [n for n in dict.fromkeys(mine) if not self._owns(n)]
         if stray:
