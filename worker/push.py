@@ -11,6 +11,11 @@ caller retries), or a non-retryable :class:`~emq.core.errors.DeliveryError`: ``D
 (the SSRF guard) or ``Undeliverable`` (a URL or header HTTP cannot carry: the same checks as at
 enqueue, :mod:`emq.core.outbound`, plus whatever aiohttp refuses while writing the request).
 Anything else escaping is a bug; the caller counts it as a failed attempt.
+
+The request's ``gate`` is not asked: aiohttp opens a connection inside the request, with no
+point between the connect and the write to ask at. A push that waited for a new connection is
+written whatever the wait (a receiver may see those of a slow connect's wait together); the
+lean client (the default) asks (:mod:`worker.http1.pusher`).
 """
 
 from __future__ import annotations

@@ -23,6 +23,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Coroutine, Mapping
+from functools import partial
 from typing import Any
 
 from emq.core.demand import DemandBoard
@@ -33,6 +34,7 @@ from emq.core.interfaces import (
     ConfigStore,
     GroupOwner,
     HistoryStore,
+    NotSent,
     OwnedGroups,
     Pusher,
     PushRequest,
@@ -385,9 +387,12 @@ class Worker:
             headers,
             job.body.encode() if job.body is not None else None,
             state.endpoint,
+            partial(self._gate, group, item),
         )
         try:
             result = await self.pusher.push(request)
+        except NotSent:
+            return  # back in its buffer, or no longer ours (see _gate)
         except DeliveryError as e:
             if e.retryable:
                 raise
@@ -402,6 +407,20 @@ class Worker:
             self.outcomes.delivered(group, item, result)
         else:
             self.outcomes.failed(group, item, result)
+
+    def _gate(self, group: GroupState, item: Buffered) -> bool:
+        """Asked by the pusher when a push is about to be written after a wait of its own (a
+        new connection: resolving, connecting, a TLS handshake; tens of milliseconds to a far
+        host): the late check of :meth:`_push` again, and the lease's, since the wait may have
+        outlasted either. False: not sent (back in its buffer, or no longer ours)."""
+        if group.dropped:
+            return False  # its next owner delivers it from the checkpoint
+        if not self.assignment.may_dispatch():
+            if group.put_back(item):  # (the dispatcher serves it once the lease is renewed)
+                self.dispatcher.wake(group, time.monotonic())
+            return False
+        now = time.time()
+        return now - item.reserved_at <= LATE_S or self._reserve_again(group, item, now)
 
     def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
         """A job sent more than LATE_S after its quota was reserved (a slow loop, senders all

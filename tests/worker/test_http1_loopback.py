@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import trustme
 
-from emq.core.interfaces import PushRequest
+from emq.core.interfaces import NotSent, PushRequest
 from worker.http1 import LeanPusher
 from worker.http1.pool import KEEPALIVE_S
 from worker.pushers import HTTP_CLIENTS, make_pusher
@@ -108,6 +108,34 @@ async def test_keep_alive_carries_every_request_on_one_connection(pusher: LeanPu
             assert (await pusher.push(_req(rx.url()))).status == 200
     assert rx.connections == 1 and len(rx.requests) == 6
     assert rx.requests[0].startswith(b"POST /hook HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % rx.port)
+
+
+async def test_a_push_that_opened_a_connection_asks_its_gate_before_writing(
+    pusher: LeanPusher,
+) -> None:
+    asked: list[bool] = []
+
+    def gate(answer: bool) -> Callable[[], bool]:
+        return lambda: asked.append(answer) or answer
+
+    async with Receiver(lambda c, n: OK) as rx:
+        with pytest.raises(NotSent):  # a new connection, the gate says no: nothing written
+            await pusher.push(_req(rx.url())._replace(gate=gate(False)))
+        await asyncio.sleep(0.05)  # (the receiver would have read a request by now)
+        assert (asked, rx.connections, rx.requests) == ([False], 1, [])
+        assert pusher.connections == 1  # kept: the next push takes it without a gate
+        assert (await pusher.push(_req(rx.url())._replace(gate=gate(False)))).status == 200
+        assert asked == [False] and len(rx.requests) == 1
+        # The first connection busy (its next request hangs): a second one, the gate asked.
+        rx.script = lambda c, n: None if (c, n) == (0, 1) else OK
+        hanging = asyncio.create_task(pusher.push(_req(rx.url())))
+        while len(rx.requests) < 2:
+            await asyncio.sleep(0.01)
+        assert (await pusher.push(_req(rx.url())._replace(gate=gate(True)))).status == 200
+        assert asked == [False, True] and rx.connections == 2
+        hanging.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await hanging
 
 
 async def test_connection_close_is_honoured(pusher: LeanPusher) -> None:

@@ -69,6 +69,11 @@ class Pool:
                 return conn
         return None
 
+    def keep(self, conn: Connection) -> None:
+        """Put a connection that carried nothing yet among its destination's idle ones."""
+        conn.idle_since = asyncio.get_running_loop().time()
+        self._release(conn)
+
     def _release(self, conn: Connection) -> None:
         idle = self._idle.get(conn.key)
         if idle is None:

@@ -13,6 +13,10 @@ replaces when ``EMQ_WORKER_HTTP_CLIENT=lean``:
   caller retries), or ``DestinationRefused`` (the guard) or ``Undeliverable`` (a URL, method or
   header HTTP cannot carry, :mod:`worker.http1.wire`), neither retryable.
 
+A push that had to open a connection asks the request's ``gate`` before writing (the wait may
+have outlasted the quota grant the request was sent under): if it says no, nothing is written,
+the new connection is kept idle and ``NotSent`` is raised.
+
 Per push: one cached URL lookup, the request bytes, an idle connection popped from a list,
 one write, one future awaited, one entry in the deadline queue (:mod:`worker.http1.deadlines`).
 No task, no lock, no timer.
@@ -25,7 +29,7 @@ import ssl
 import time
 
 from emq.core.errors import DeliveryError
-from emq.core.interfaces import Pusher, PushRequest, PushResult
+from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
 from worker.http1.connection import BadResponse, ConnectionLost
 from worker.http1.deadlines import Deadlines
 from worker.http1.pool import SWEEP_S, Pool
@@ -113,6 +117,9 @@ class LeanPusher(Pusher):
         try:
             if conn is None:
                 conn = await pool.open(target, self._connect_s)
+                if request.gate is not None and not request.gate():
+                    pool.keep(conn)  # (opened for nothing: the next push takes it)
+                    raise NotSent
                 answer = conn.send(data, request.method == "HEAD")
                 # sent later than the requests queued since: out of the queue's order
                 loop.call_at(deadline, conn.expire, conn.sent)

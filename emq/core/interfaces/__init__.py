@@ -27,7 +27,7 @@ from emq.core.interfaces.assignment import AssignmentSource, OwnedGroups
 from emq.core.interfaces.config import ConfigStore
 from emq.core.interfaces.fleet import FleetMember, FleetState, FleetView
 from emq.core.interfaces.history import HistoryRow, HistoryStore
-from emq.core.interfaces.push import Pusher, PushRequest, PushResult
+from emq.core.interfaces.push import NotSent, Pusher, PushRequest, PushResult
 from emq.core.interfaces.queues import (
     ZERO_OFFSET,
     ApiQueues,
@@ -67,6 +67,7 @@ __all__ = [
     "HistoryRow",
     "HistoryStore",
     "JobProducer",
+    "NotSent",
     "Offset",
     "OwnedGroups",
     "PushRequest",

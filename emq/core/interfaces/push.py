@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import abc
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import NamedTuple
 
 from emq.core.interfaces.resource import AsyncResource
@@ -17,6 +17,15 @@ class PushRequest(NamedTuple):
     headers: Mapping[str, str]
     body: bytes | None
     endpoint: str  # the concurrency-cap key: one topic's endpoint
+    # Asked just before the request is written when the pusher had to wait first (a new
+    # connection: resolving, connecting, the TLS handshake): False and nothing is written, the
+    # push raises :class:`NotSent`. The worker's quota was granted before the wait; a receiver
+    # counts the request when it arrives (worker.runtime: ``_gate``).
+    gate: Callable[[], bool] | None = None
+
+
+class NotSent(Exception):
+    """The request's ``gate`` said no after the pusher's wait: nothing was written."""
 
 
 class PushResult(NamedTuple):

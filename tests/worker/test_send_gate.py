@@ -1,0 +1,103 @@
+"""A push that waits for its connection is granted again when it is written (worker.runtime
+``_gate``): the quota counts a request when the receiver can see it, not when it was handed
+to a sender. Before the gate, a far endpoint's slow first connects (resolving, TCP, TLS: every
+push opens one until the first is ready) sent the grants of that wait in one bunch, then the
+steady pace on top: a sliding second at the receiver held far over the quota.
+
+A worker on the in-memory backends and a pusher whose connections take ``CONNECT_S`` to open
+(the lean client's behaviour, without a network: the gate's logic is the worker's)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+import pytest
+
+from adapters.memory_config import MemoryConfigStore
+from adapters.memory_queue import MemoryQueueBackend
+from emq.api.enqueue import Enqueuer
+from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
+from emq.core.model import Namespace, Tenant, Topic, TopicRef
+from worker.runtime import Worker
+from worker.settings import WorkerSettings
+from worker.standalone import StandaloneAssignment
+
+QPS = 10
+CONNECT_S = 0.6
+JOBS = 25
+
+
+class _SlowConnects(Pusher):
+    """Until its first connection is open (``CONNECT_S`` after the first push) every push
+    opens one of its own and waits as long; then each asks its gate, as the lean client does
+    (``obey_gate`` False: a client that writes whatever happened meanwhile)."""
+
+    def __init__(self, obey_gate: bool) -> None:
+        self.obey_gate = obey_gate
+        self.ready_at: float | None = None
+        self.sent: list[tuple[float, str]] = []
+        self.refused = 0
+
+    async def push(self, request: PushRequest) -> PushResult:
+        now = time.time()
+        if self.ready_at is None:
+            self.ready_at = now + CONNECT_S
+        if now < self.ready_at:
+            await asyncio.sleep(self.ready_at - now)
+            if self.obey_gate and request.gate is not None and not request.gate():
+                self.refused += 1
+                raise NotSent
+        self.sent.append((time.time(), request.url))
+        return PushResult(200, 0.001)
+
+    async def aclose(self) -> None:
+        return None
+
+
+def _busiest_second(times: list[float]) -> int:
+    times = sorted(times)
+    return max(sum(1 for u in times[i:] if u < t + 1.0) for i, t in enumerate(times))
+
+
+async def _run(obey_gate: bool) -> _SlowConnects:
+    queues, config = MemoryQueueBackend(), MemoryConfigStore()
+    ref = TopicRef(Namespace.ONLINE, "acme", "far")
+    await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
+    await config.create_topic(Topic(ref, QPS, 1))
+    jobs = [{"url": f"https://far.example/{i}"} for i in range(JOBS)]
+    await Enqueuer(config, queues).enqueue(ref, jobs, batch=True)
+    assignment = StandaloneAssignment(config, Namespace.ONLINE)
+    pusher = _SlowConnects(obey_gate)
+    settings = WorkerSettings(metrics_port=0, senders=16, senders_min=16, shutdown_grace_s=1)
+    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
+                    assignment=assignment, pusher=pusher)  # fmt: skip
+    stop = asyncio.Event()
+    following = asyncio.ensure_future(assignment.run())
+    running = asyncio.ensure_future(worker.run(stop))
+    deadline = time.monotonic() + 20
+    try:
+        while len(pusher.sent) < JOBS and time.monotonic() < deadline:
+            assert not running.done(), running
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # (a duplicate would show by now)
+    finally:
+        stop.set()
+        await asyncio.wait_for(running, 10)
+        following.cancel()
+    return pusher
+
+
+@pytest.mark.parametrize("obey_gate", [True, False])
+async def test_pushes_that_waited_for_a_connection_keep_every_second_within_the_quota(
+    obey_gate: bool,
+) -> None:
+    pusher = await _run(obey_gate)
+    urls = [url for _, url in pusher.sent]
+    assert sorted(urls) == sorted(f"https://far.example/{i}" for i in range(JOBS))  # once each
+    busiest = _busiest_second([at for at, _ in pusher.sent])
+    if obey_gate:
+        assert pusher.refused == 0  # each waited less than a window: granted again, sent
+        assert busiest <= QPS + 1, busiest  # the promise: qps (+1 per group) in any 1000 ms
+    else:  # what the gate prevents, so that this test can tell
+        assert busiest >= QPS + 4, busiest
