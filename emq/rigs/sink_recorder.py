@@ -88,11 +88,11 @@ class Sink:
         """Listen on ``host:port`` (0: a free port) until the block ends; held requests are
         released (answered) before the server closes."""
         from emq.rigs.sink import SinkProtocol  # the HTTP side imports this module
+        from emq.rigs.stamped import StampedServer
 
-        loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: SinkProtocol(self.stats, self), host, port, backlog=4096
-        )
+        # Arrivals stamped by the kernel: a test judges pacing from them, and this loop (the
+        # test's own) may be busy when they arrive.
+        server = await StampedServer.listen(lambda: SinkProtocol(self.stats, self), host, port)
         self.port = server.sockets[0].getsockname()[1]
         self.base = f"http://{host}:{self.port}"
         try:
@@ -143,8 +143,8 @@ class Sink:
         self.on_arrival(connection, topic)
         b = self.behaviour[topic]
 
-        def go_on() -> None:
-            self._take(connection, topic, job_id, headers, body, b)
+        def go_on(at: float | None = None) -> None:
+            self._take(connection, topic, job_id, headers, body, b, at)
 
         if b.hang:
             connection.hold()
@@ -156,7 +156,7 @@ class Sink:
             # the client's timeout, so HANG_SETTLE_S later no true overlap is missed.
             asyncio.get_running_loop().call_later(HANG_SETTLE_S, self._count_hanging)
             return
-        go_on()
+        go_on(now)  # answered at once: counted at its arrival
 
     def _count_hanging(self) -> None:
         self.max_hanging = max(self.max_hanging, self.hanging_now)
@@ -174,14 +174,17 @@ class Sink:
         headers: dict[str, str],
         body: bytes,
         b: Behaviour,
+        arrived_at: float | None,
     ) -> None:
-        self.first_attempt_at.setdefault(job_id, time.time())
+        """Answer as ``b`` says; ``arrived_at``: the arrival's stamp for a request taken on at
+        once (None: it was held, taken on now)."""
+        self.first_attempt_at.setdefault(job_id, arrived_at or time.time())
         delay = b.delay_s + (random.uniform(0, b.jitter_s) if b.jitter_s else 0.0)
         if delay > 0:
             loop = asyncio.get_running_loop()
             loop.call_later(delay, self._answer, connection, topic, job_id, headers, body, b)
         else:
-            self._answer(connection, topic, job_id, headers, body, b)
+            self._answer(connection, topic, job_id, headers, body, b, arrived_at)
 
     def _answer(
         self,
@@ -191,7 +194,10 @@ class Sink:
         headers: dict[str, str],
         body: bytes,
         b: Behaviour,
+        at: float | None = None,
     ) -> None:
+        """Answer; a 2xx is a delivery, counted ``at`` its arrival when answered at once, else
+        now (a delayed or held request: when answered)."""
         if not connection.open:
             return  # the client gave up first: not delivered
         if b.fail_first > 0:
@@ -199,7 +205,7 @@ class Sink:
             connection.answer(500)
             return
         if 200 <= b.status < 300:
-            now = time.time()
+            now = at or time.time()
             if self.keep_deliveries:
                 self.deliveries.append(Delivery(topic, job_id, now, headers, body))
             self._count(topic, headers, now)

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -47,6 +49,38 @@ async def test_the_sink_answers_each_topic_as_told_and_records_deliveries() -> N
     assert sink.attempts == {"a": 1, "b": 1, "c": 3, "d": 1}
     assert sum(sink.per_second("flaky").values()) == 1
     assert sink.stats.requests == 3 and len(sink.stats.latencies["slow"]) == 1
+
+
+def _raw_requests(port: int, go: threading.Event, sent: list[float]) -> None:
+    """Two requests on one connection, the second once ``go`` is set; their send times."""
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        for n in range(2):
+            if n:
+                go.wait(5)
+                time.sleep(0.05)  # (the sink's loop is stalled by then)
+            request = b"POST /t/ts HTTP/1.1\r\nHost: x\r\nwebhook-id: %d\r\n" % n
+            sent.append(time.time())
+            sock.sendall(request + b"Content-Length: 2\r\n\r\n{}")
+            assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+
+
+async def test_an_arrival_is_stamped_when_the_kernel_received_it_not_when_the_sink_ran() -> None:
+    # A sink on a busy machine runs late; a request that arrived meanwhile still counts in the
+    # second it arrived in (emq.rigs.stamped), else a stall's arrivals bunch into one window.
+    go, sent = threading.Event(), []
+    async with Sink().serving() as sink:
+        client = asyncio.get_running_loop().run_in_executor(
+            None, _raw_requests, sink.port, go, sent
+        )
+        assert await sink.wait_for(lambda: len(sink.deliveries) == 1, 5)
+        go.set()
+        time.sleep(0.4)  # noqa: ASYNC251 (the point: the sink's loop stalls; a request arrives)
+        stalled_until = time.time()
+        await asyncio.wait_for(client, 5)
+    first, second = sink.deliveries
+    assert abs(first.at - sent[0]) < 0.05
+    assert sent[1] < stalled_until - 0.2  # sent well inside the stall
+    assert abs(second.at - sent[1]) < 0.05, (second.at - sent[1], stalled_until - sent[1])
 
 
 async def test_a_hung_request_is_held_until_the_client_gives_up_or_the_sink_ends() -> None:
