@@ -33,6 +33,7 @@ from capacity.priority import plan_strict
 from worker.endpoints import EndpointRates
 from worker.groups import Buffered, GroupState, priority_index
 from worker.keys import KeyLines
+from worker.lending import lend_wait_s, lenders
 
 Send = Callable[[GroupState, Buffered], None]
 
@@ -148,8 +149,29 @@ class Dispatcher:
         taken = self._take(group, granted, wall, mono) if granted else 0
         if granted > taken:
             group.counter.rollback(granted - taken, wall)
+        elif taken < want and len(group.topic.groups) > 1:
+            taken += self._borrow(group, want - taken, wall, mono)
+            granted = taken
         if group.buffered():
             self.wake(group, mono + self._delay(group, want, granted, wall, mono))
+        return taken
+
+    def _borrow(self, group: GroupState, want: int, wall: float, mono: float) -> int:
+        """Send up to ``want`` more of ``group``'s jobs on grants of idle siblings' budgets
+        (worker.lending); how many went."""
+        taken = 0
+        for sibling in lenders(group):
+            counter = sibling.counter
+            granted = counter.reserve(want - taken, wall)
+            if not granted:
+                continue
+            sent = self._take(group, granted, wall, mono, sibling)
+            taken += sent
+            if sent < granted:  # nothing more it may send now
+                counter.rollback(granted - sent, wall)
+                break
+            if taken >= want:
+                break
         return taken
 
     def _delay(self, group: GroupState, want: int, granted: int, wall: float, mono: float) -> float:
@@ -159,9 +181,19 @@ class Dispatcher:
             return self._tick_s  # endpoint full, senders full, or all sent: look again next tick
         # Quota-limited: come back exactly when the counter can grant again (the next token,
         # or the oldest grant of the sliding log leaving the window); see QpsCounter.wait_s.
-        return max(MIN_WAIT_S, group.counter.wait_s(wall))
+        wait = group.counter.wait_s(wall)
+        if len(group.topic.groups) > 1:
+            wait = lend_wait_s(group, wall, wait)
+        return max(MIN_WAIT_S, wait)
 
-    def _take(self, group: GroupState, budget: int, wall: float, mono: float) -> int:
+    def _take(
+        self,
+        group: GroupState,
+        budget: int,
+        wall: float,
+        mono: float,
+        lent_by: GroupState | None = None,
+    ) -> int:
         buffers = group.buffers
         assert buffers is not None  # _serve takes only from a group with jobs
         available = [len(b) for b in buffers]
@@ -194,6 +226,7 @@ class Dispatcher:
                             break  # (and no carry: jobs of this priority may wait behind)
                     continue  # parked behind its key's job in flight
                 item.reserved_at = wall  # a sender that takes it late moves its stamp
+                item.lent_by = lent_by
                 self._send(group, item)
                 n -= 1
                 taken += 1

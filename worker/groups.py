@@ -109,6 +109,7 @@ class Buffered:
         "_envelope",
         "fetched_at",
         "key",
+        "lent_by",
         "offset",
         "payload",
         "progress",
@@ -131,6 +132,9 @@ class Buffered:
         self.progress = progress  # its queue's window (no lookup by queue when it finishes)
         self.reserved_at = -1.0  # wall-clock time its quota was reserved at (-1: not reserved)
         self.key: str | None = None  # its job's key, once the dispatcher has read it
+        # The sibling group whose budget its grant was lent from (None: its group's own;
+        # worker.lending), while reserved.
+        self.lent_by: GroupState | None = None
         self._decoded: dict[str, Any] | None = None
         self._envelope: Envelope | None = None
 
@@ -244,6 +248,7 @@ class TopicState:
         "endpoint",
         "groups",
         "in_flight",
+        "lend_ring",
         "metrics_version",
         "push_sum_s",
         "rates",
@@ -264,6 +269,7 @@ class TopicState:
         self.rates: EndpointRates | None = None  # per-endpoint rates (worker.endpoints), if on
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
+        self.lend_ring: list[GroupState] = []  # its groups, for worker.lending's scan
         # For /metrics (cumulative, read at scrape time): successful pushes' total duration;
         # enqueue-to-delivery latency per E2E_BUCKETS_S bucket (last: over) and its total.
         self.push_sum_s = 0.0
@@ -322,6 +328,7 @@ class GroupState:
         "hot",
         "in_flight",
         "keys",
+        "lend_from",
         "planner",
         "progress",
         "queued_fetch",
@@ -367,6 +374,7 @@ class GroupState:
         self._stopped = self._dropped = False
         self.in_flight = 0
         self.keys: KeyLines | None = None  # keys in flight (worker.keys), from the first keyed job
+        self.lend_from = ref.index  # where worker.lending's next scan of its siblings starts
         self.planner = self._planner(topic.topic)
 
     # ------------------------------------------------------------------ lifecycle
@@ -457,6 +465,7 @@ class GroupState:
         buffer.insert(at, item)
         self.budget.used += len(item.payload)
         item.reserved_at = -1.0  # handed back unsent: still its key's next (keyed_done)
+        item.lent_by = None
         return True
 
     def drop_buffers(self) -> int:

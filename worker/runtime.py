@@ -371,6 +371,8 @@ class Worker:
         if not self.assignment.may_dispatch() and not await self._cleared(group):
             return
         now = time.time()
+        if item.lent_by is not None and item.lent_by.stopped and not self._unlend(group, item):
+            return  # (its lender let go meanwhile: its budget is its next owner's now)
         if now - item.reserved_at > LATE_S and not self._reserve_again(group, item, now):
             return
         job = item.delivery
@@ -422,13 +424,27 @@ class Worker:
         now = time.time()
         return now - item.reserved_at <= LATE_S or self._reserve_again(group, item, now)
 
+    def _unlend(self, group: GroupState, item: Buffered) -> bool:
+        """A job granted on a sibling's budget whose sibling was let go before it was sent:
+        a grant of its own group's now, or back to its buffer."""
+        now = time.time()
+        item.lent_by = None
+        if group.counter.reserve(1, now):
+            item.reserved_at = now
+            return True
+        if group.put_back(item):
+            self.dispatcher.wake(group, time.monotonic())
+        return False
+
     def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
         """A job sent more than LATE_S after its quota was reserved (a slow loop, senders all
         busy) has its grant moved to now (QpsCounter.restamp: free while the grant is less than
         a second old), or, a second late with no budget left, goes back to its buffer in offset
         order: a reservation never lands outside the window it was counted in, whatever the
         loop's speed (a receiver counting any 1000 ms would see it)."""
-        if group.counter.restamp(item.reserved_at, now):
+        lender = item.lent_by  # (a sibling's grant: worker.lending)
+        counter = lender.counter if lender is not None else group.counter
+        if counter.restamp(item.reserved_at, now):
             item.reserved_at = now
             return True
         if group.put_back(item):
