@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
 import time
 from collections.abc import AsyncIterator, Iterator
@@ -23,13 +25,40 @@ import pytest
 from capacity import group_count
 from emq.api.enqueue import Enqueuer
 from emq.compose import open_config, open_queues
-from emq.core.interfaces import ConfigStore, QueueBackend
+from emq.core.interfaces import ConfigStore, Pusher, QueueBackend
 from emq.core.model import Namespace, RetryPolicy, Tenant, Topic, TopicRef
 from emq.core.settings import Settings
 from emq.rigs.procs import Proc, stop_all
 from emq.rigs.sink import Sink
+from worker.runtime import Worker
+from worker.settings import WorkerSettings
+from worker.standalone import StandaloneAssignment
 
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+
+
+@contextlib.asynccontextmanager
+async def worker_in_loop(
+    config: ConfigStore, queues: QueueBackend, pusher: Pusher, **settings: Any
+) -> AsyncIterator[asyncio.Future[None]]:
+    """A standalone :class:`~worker.runtime.Worker` on this loop (the in-memory backends of a
+    fast test, a pusher of the test's own), running until the block ends; the block gets its
+    task (done early: it died) and the stop must be clean (no task died)."""
+    assignment = StandaloneAssignment(config, Namespace.ONLINE)
+    options = {"metrics_port": 0, "shutdown_grace_s": 1} | settings
+    worker = Worker("w", Namespace.ONLINE, WorkerSettings(**options), queues=queues,
+                    config=config, assignment=assignment, pusher=pusher)  # fmt: skip
+    stop = asyncio.Event()
+    following = asyncio.ensure_future(assignment.run())
+    running = asyncio.ensure_future(worker.run(stop))
+    try:
+        yield running
+    finally:
+        stop.set()
+        try:
+            await asyncio.wait_for(running, 10)
+        finally:
+            following.cancel()
 
 
 @pytest.fixture

@@ -12,10 +12,7 @@ from adapters.memory_queue import MemoryQueueBackend
 from emq.api.enqueue import Enqueuer
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import GroupRef, Namespace, Tenant, Topic, TopicRef
-from tests.worker.conftest import fast_retry
-from worker.runtime import Worker
-from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
+from tests.worker.conftest import fast_retry, worker_in_loop
 
 
 class _Refusing(Pusher):
@@ -59,23 +56,14 @@ async def test_a_worker_trims_dead_letters_to_its_topics_retention() -> None:
     await config.create_topic(topic)
     jobs = [{"url": f"https://example.com/{i}"} for i in range(5)]
     await Enqueuer(config, queues).enqueue(ref, jobs, batch=True)
-    assignment = StandaloneAssignment(config, Namespace.ONLINE)
-    settings = WorkerSettings(
-        metrics_port=0, senders=4, senders_min=4, shutdown_grace_s=1, dlq_trim_interval_s=0.05
-    )
     pusher = _Refusing()
-    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
-                    assignment=assignment, pusher=pusher)  # fmt: skip
-    stop = asyncio.Event()
-    following = asyncio.ensure_future(assignment.run())
-    running = asyncio.ensure_future(worker.run(stop))
-    group = GroupRef(ref, 0)
-    dlq = queues._dlq  # behind the interface: every letter ever added, trimmed or not
-    await _until(lambda: group in dlq and dlq[group].added == 5, running, 10)
-    assert pusher.pushed == 5
-    assert len(await queues.list_dead(group, None, 100)) == 3  # the newest 3 of 5
-    clock.now += 3601  # no new letter comes: the worker's timer ages the quiet DLQ out
-    await _until(lambda: not dlq[group].offsets, running, 10)
-    stop.set()
-    await asyncio.wait_for(running, 10)  # a clean stop: no task died
-    following.cancel()
+    options = {"senders": 4, "senders_min": 4, "dlq_trim_interval_s": 0.05}
+    async with worker_in_loop(config, queues, pusher, **options) as running:
+        group = GroupRef(ref, 0)
+        dlq = queues._dlq  # behind the interface: every letter ever added, trimmed or not
+        await _until(lambda: group in dlq and dlq[group].added == 5, running, 10)
+        assert pusher.pushed == 5
+        assert len(await queues.list_dead(group, None, 100)) == 3  # the newest 3 of 5
+        clock.now += 3601  # no new letter comes: the worker's timer ages the quiet DLQ out
+        await _until(lambda: not dlq[group].offsets, running, 10)
+    # (the block's end stopped it cleanly: no task died)

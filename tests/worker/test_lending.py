@@ -21,10 +21,7 @@ from adapters.memory_queue import MemoryQueueBackend
 from emq.api.enqueue import Enqueuer, jump_hash
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
-from tests.worker.conftest import Sink, Stack, full_seconds
-from worker.runtime import Worker
-from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
+from tests.worker.conftest import Sink, Stack, full_seconds, worker_in_loop
 
 QPS = 300  # two groups of 150
 
@@ -73,15 +70,8 @@ async def test_one_groups_backlog_goes_at_the_topic_quota_and_its_lender_keeps_i
     await config.create_topic(Topic(ref, QPS, 2))
     enqueuer = Enqueuer(config, queues)
     await enqueuer.enqueue(ref, _jobs(0, 1500), batch=True)  # all in group 0
-    assignment = StandaloneAssignment(config, Namespace.ONLINE)
     pusher = _Recording()
-    settings = WorkerSettings(metrics_port=0, shutdown_grace_s=1)
-    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
-                    assignment=assignment, pusher=pusher)  # fmt: skip
-    stop = asyncio.Event()
-    following = asyncio.ensure_future(assignment.run())
-    running = asyncio.ensure_future(worker.run(stop))
-    try:
+    async with worker_in_loop(config, queues, pusher) as running:
         while len(pusher.sent) < 900:  # three seconds at the quota, one and a half without
             assert not running.done(), running
             await asyncio.sleep(0.02)
@@ -91,10 +81,6 @@ async def test_one_groups_backlog_goes_at_the_topic_quota_and_its_lender_keeps_i
             assert not running.done(), running
             assert time.time() < woken + 10, Counter(int(t) for t, _ in pusher.sent)
             await asyncio.sleep(0.02)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
-        following.cancel()
 
     times = [t for t, _ in pusher.sent]
     assert _busiest_window(times) <= QPS + 2  # the topic's promise, lending or not

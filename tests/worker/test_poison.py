@@ -27,10 +27,7 @@ from emq.core.model import (
     TopicRef,
     new_job_id,
 )
-from tests.worker.conftest import Sink, Stack, fast_retry
-from worker.runtime import Worker
-from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
+from tests.worker.conftest import Sink, Stack, fast_retry, worker_in_loop
 
 
 def _poison(sink: Sink) -> dict[bytes, str]:
@@ -127,26 +124,18 @@ async def test_an_unexpected_exception_is_a_failed_attempt_then_a_dead_letter() 
     await enqueuer.enqueue(
         ref, [{"url": f"https://example.com/{i}"} for i in range(20)], batch=True
     )
-    assignment = StandaloneAssignment(config, Namespace.ONLINE)
     pusher = _Pusher()
-    settings = WorkerSettings(metrics_port=0, senders=4, senders_min=4, shutdown_grace_s=1)
-    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
-                    assignment=assignment, pusher=pusher)  # fmt: skip
-    stop = asyncio.Event()
-    following = asyncio.ensure_future(assignment.run())
-    running = asyncio.ensure_future(worker.run(stop))
-    group = GroupRef(ref, 0)
-    deadline = time.monotonic() + 10
-    while not await queues.list_dead(group, None, 10) and time.monotonic() < deadline:
-        assert not running.done(), running
-        await asyncio.sleep(0.02)
-    (letter,) = await queues.list_dead(group, None, 10)
-    assert letter.error == "RuntimeError: boom" and letter.attempts == 3
-    assert pusher.raised == 3 and len(pusher.delivered) == 20
-    await enqueuer.enqueue(ref, [{"url": "https://example.com/after"}], batch=False)
-    while "https://example.com/after" not in pusher.delivered and time.monotonic() < deadline:
-        await asyncio.sleep(0.02)
-    assert "https://example.com/after" in pusher.delivered
-    stop.set()
-    await asyncio.wait_for(running, 10)  # a clean stop: no task died
-    following.cancel()
+    async with worker_in_loop(config, queues, pusher, senders=4, senders_min=4) as running:
+        group = GroupRef(ref, 0)
+        deadline = time.monotonic() + 10
+        while not await queues.list_dead(group, None, 10) and time.monotonic() < deadline:
+            assert not running.done(), running
+            await asyncio.sleep(0.02)
+        (letter,) = await queues.list_dead(group, None, 10)
+        assert letter.error == "RuntimeError: boom" and letter.attempts == 3
+        assert pusher.raised == 3 and len(pusher.delivered) == 20
+        await enqueuer.enqueue(ref, [{"url": "https://example.com/after"}], batch=False)
+        while "https://example.com/after" not in pusher.delivered and time.monotonic() < deadline:
+            await asyncio.sleep(0.02)
+        assert "https://example.com/after" in pusher.delivered
+    # (the block's end stopped it cleanly: no task died)

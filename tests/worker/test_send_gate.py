@@ -19,9 +19,7 @@ from adapters.memory_queue import MemoryQueueBackend
 from emq.api.enqueue import Enqueuer
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
-from worker.runtime import Worker
-from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
+from tests.worker.conftest import worker_in_loop
 
 QPS = 10
 CONNECT_S = 0.6
@@ -67,24 +65,13 @@ async def _run(obey_gate: bool) -> _SlowConnects:
     await config.create_topic(Topic(ref, QPS, 1))
     jobs = [{"url": f"https://far.example/{i}"} for i in range(JOBS)]
     await Enqueuer(config, queues).enqueue(ref, jobs, batch=True)
-    assignment = StandaloneAssignment(config, Namespace.ONLINE)
     pusher = _SlowConnects(obey_gate)
-    settings = WorkerSettings(metrics_port=0, senders=16, senders_min=16, shutdown_grace_s=1)
-    worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
-                    assignment=assignment, pusher=pusher)  # fmt: skip
-    stop = asyncio.Event()
-    following = asyncio.ensure_future(assignment.run())
-    running = asyncio.ensure_future(worker.run(stop))
-    deadline = time.monotonic() + 20
-    try:
+    async with worker_in_loop(config, queues, pusher, senders=16, senders_min=16) as running:
+        deadline = time.monotonic() + 20
         while len(pusher.sent) < JOBS and time.monotonic() < deadline:
             assert not running.done(), running
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # (a duplicate would show by now)
-    finally:
-        stop.set()
-        await asyncio.wait_for(running, 10)
-        following.cancel()
     return pusher
 
 
