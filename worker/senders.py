@@ -250,8 +250,7 @@ class SenderPool:
         self, group: GroupState, item: Buffered, detached: bool
     ) -> tuple[GroupState, Buffered] | None:
         """Release the key of ``item``, whose push ended; its next job, if it goes at once, for
-        this sender to push next (not a detached one: it ends; nor past jobs waiting for a
-        sender: they were dispatched first), or to the Handoff."""
+        this sender to push next (not a detached one: it ends), or to the Handoff."""
         nxt = self._keyed_done(group, item)
         if nxt is None:
             return None
