@@ -25,6 +25,7 @@ from typing import Any
 
 from emq.bench.harness import (
     SECRET,
+    CpuMeter,
     Harness,
     job_item,
     preload,
@@ -89,8 +90,10 @@ async def _w12_run(h: Harness, duration_s: float, *, loaded: bool) -> dict[str, 
     trace_path.unlink(missing_ok=True)
     worker = await start_worker(h, "w12", {"topics": topics, "key_trace": str(trace_path)})
     with stopping(worker):
+        meter = CpuMeter({"worker": worker.pid}).start()
         worker.load_topics()
         await _wait_keyed(h, jobs, timeout_s=60 + jobs / 100)
+        used = meter.read()
     rows = await h.sink_log()
     arrivals = [(at, query) for at, topic, _, _, query in rows if topic == W12_TOPIC]
     figures = stages(json.loads(trace_path.read_text()), arrivals)
@@ -103,6 +106,8 @@ async def _w12_run(h: Harness, duration_s: float, *, loaded: bool) -> dict[str, 
         "stage_mean_ms": {s: _ms(figures[s])["mean"] for s in STAGES},
         "stage_p90_ms": {s: _ms(figures[s])["p90"] for s in STAGES},
         "other_jobs_per_s": _other_rate(rows) if loaded else 0.0,
+        # (with the stamps' cost: compare runs of W12 with each other, not with W11)
+        "worker_cpu_us_per_job": round(used["worker"] / len(rows) * 1e6, 1) if rows else 0.0,
     }
 
 
