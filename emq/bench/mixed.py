@@ -144,7 +144,7 @@ def key_names(keys: int, quotas: Sequence[int]) -> list[str]:
     first, *later = quotas
     groups = group_count(first)
     per = max(1, math.ceil(keys / groups), math.ceil(first / groups * KEY_CYCLE_S))
-    counts, names, n = [0] * groups, [], 0
+    counts, names, n = [0] * groups, list[str](), 0
     while len(names) < per * groups:
         g = jump_hash(f"k{n}", groups)
         if counts[g] < per:
