@@ -10,8 +10,10 @@ job of a key parked behind the key's lows goes before them, as it would have fro
 buffers): it goes back to the front of its buffer, and only it may be
 admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
 keyed job has no :class:`KeyLines` at all. The dispatcher bounds the parked jobs per priority
-(``ranks``; beyond it a job is *held* at its buffer's head) and wakes the group as soon as a key
-is done, so a key's next job goes one loop iteration after its previous push ended.
+(``ranks``; beyond it a job is *held* at its buffer's head). When a key is done, its next job
+goes at once with the sender whose push just ended if its group's quota grants it and nothing
+of a higher priority waits in the group (``Dispatcher.keyed_done``); otherwise the dispatcher
+wakes the group, and it goes one loop iteration after its previous push ended.
 
 States of one key in a group::
 

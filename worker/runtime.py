@@ -111,6 +111,7 @@ class Worker:
             queues, self._finish, self._drop, outage=self.outage, joblog=self.joblog
         )
         self.dispatcher.defer = self.outcomes.defer  # (worker.endpoints: overflow, disabled)
+        self.dispatcher.claim = self._claim  # (a key's next job straight to a sender)
         self.recorder = HistoryRecorder(
             worker_id, settings.history_interval_s, history, self.metrics, self.outage
         )
@@ -321,6 +322,15 @@ class Worker:
         group.topic.in_flight += 1
         group.in_flight += 1
         self._sends.put_nowait((group, item))
+        self.fetcher.want(group)
+
+    def _claim(self, group: GroupState, item: Buffered) -> None:
+        """_send's bookkeeping for a key's next job that the sender whose push just ended takes
+        itself (Dispatcher.keyed_done), without the Handoff. (Not shared with _send: one more
+        call per job on the unkeyed hot path.)"""
+        self.fetcher.budget.used -= len(item.payload)
+        group.topic.in_flight += 1
+        group.in_flight += 1
         self.fetcher.want(group)
 
     async def _dispatch_loop(self) -> None:

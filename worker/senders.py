@@ -14,6 +14,8 @@ States of one sender::
 
     IDLE (in Handoff.get) --takes a job--> PUSHING (counts against the limit)
     PUSHING --push ends--> IDLE
+    PUSHING --push of a keyed job ends, its key's next job goes at once--> PUSHING (that job,
+                                              without the Handoff: Dispatcher.keyed_done)
     PUSHING --its topic is known slow (when taken) | the push passes stuck_s (scan)--> DETACHED
                                               (a replacement sender starts in its place)
     DETACHED --push ends--> (gone)
@@ -62,7 +64,7 @@ from worker.groups import Buffered, GroupState, TopicState
 
 Push = Callable[[GroupState, Buffered], Awaitable[None]]
 Raised = Callable[[GroupState, Buffered, Exception], None]
-Ended = Callable[[GroupState, Buffered], None]
+Ended = Callable[[GroupState, Buffered], Buffered | None]
 
 CANCEL_AGAIN_S = 0.5  # a sender still running this long after a cancel is cancelled again
 
@@ -88,7 +90,8 @@ class SenderPool:
         self._sends = sends
         self._push = push
         self._raised = raised  # ends a job whose push raised: a job never ends a sender
-        # A keyed job's push ended (however): its key's next job may go (worker.keys).
+        # A keyed job's push ended (however): its key's next job may go (worker.keys), and
+        # comes back when it goes at once, for this sender to push next (Dispatcher.keyed_done).
         self._keyed_done = keyed_done or (lambda group, item: None)
         self.size = size
         self.most = max(most, size)
@@ -203,9 +206,13 @@ class SenderPool:
     async def _sender(self, slot: int) -> None:
         sends, started, groups, detached = self._sends, self._started, self._groups, self._detached
         hold = self.slow_hold_s
+        nxt: tuple[GroupState, Buffered] | None = None  # a key's next job, handed to this sender
         try:
             while not detached[slot]:
-                group, item = await sends.get()
+                if nxt is None:
+                    group, item = await sends.get()
+                else:
+                    (group, item), nxt = nxt, None
                 now = time.monotonic()
                 started[slot] = now - self.stalled
                 groups[slot] = group
@@ -220,8 +227,6 @@ class SenderPool:
                     started[slot] = 0.0
                     topic.in_flight -= 1
                     group.in_flight -= 1
-                    if item.key is not None:
-                        self._keyed_done(group, item)
                     if detached[slot]:
                         self.detached -= 1
                         self._slow_ended(topic, now)
@@ -229,9 +234,27 @@ class SenderPool:
                         sends.done()
                         if topic.cut:
                             topic.cut -= 1  # answered in time: give a slot back
+                    if item.key is not None:
+                        nxt = self._next_of_key(group, item, detached[slot])
         finally:
+            if nxt is not None:  # cancelled with a key's next in hand: another sender's
+                sends.done()
+                sends.put_nowait(nxt)
             detached[slot] = False
             self._counted.discard(slot)
             groups[slot] = None
             self._free.append(slot)
             sends.leave()
+
+    def _next_of_key(
+        self, group: GroupState, item: Buffered, detached: bool
+    ) -> tuple[GroupState, Buffered] | None:
+        """Release the key of ``item``, whose push ended; its next job, if it goes at once, for
+        this sender to push next (not a detached one: it ends), or to the Handoff."""
+        nxt = self._keyed_done(group, item)
+        if nxt is None:
+            return None
+        if not detached and self._sends.hold():
+            return group, nxt
+        self._sends.put_nowait((group, nxt))
+        return None

@@ -32,6 +32,8 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
 * **W11** order per key and what it costs: 10 topics x 1000 QPS (7 groups), backlogged, run
   twice in one sitting, without keys and with 50 keys per topic; jobs/s, worker CPU per job, and
   jobs that reached the sink before an earlier job of their key (``inversions``).
+* **W12** a key's delivery cycle (sink answer of a key's job to the arrival of its next) and
+  where it goes: :mod:`emq.bench.workloads_keys`.
 * **W6b** hanging and slow endpoints by the dozen: 50 topics pointing at ``/hang/`` and 50 at an
   endpoint answering after 5 s (50 QPS each, endpoint concurrency 32, so 3200 requests waiting
   at once against 256 senders) beside 4 healthy topics of 150 QPS, one worker with its default
@@ -66,6 +68,7 @@ from emq.bench.workloads_api import w8
 from emq.bench.workloads_groups import w7
 from emq.bench.workloads_idle import w4, w5
 from emq.bench.workloads_isolation import w6, w6b
+from emq.bench.workloads_keys import w12
 from emq.bench.workloads_pace import w3, w11
 from emq.core.errors import EmqError
 
@@ -80,6 +83,7 @@ SUMMARY_EXTRA = {
     "W2-noop": ("jobs_per_s", "seconds"),
     "W3": ("ratio_mean", "sliding_p99", "sustained_mean", "competitor", "samples"),
     "W11": ("keyed_vs_unkeyed_jobs_per_s", "keyed_vs_unkeyed_cpu_per_job"),
+    "W12": ("cycle_p50_ms", "loaded_cycle_p50_ms", "loaded_cycle_mean_ms", "loaded.stage_mean_ms"),
     "W7": ("jobs_per_s", "worker_cpu_us_per_job", "many_groups_cpu_ratio"),
     "W8": ("worker_cpu_us_per_job", "w2_worker_cpu_us_per_job", "jobs_per_s", "w2_jobs_per_s"),
     "W4": ("worker_rss_mib", "idle_redis_ops_per_s", "active_cpu_pct_of_core"),
@@ -100,6 +104,7 @@ RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W9": w9,
     "W10": w10,
     "W11": w11,
+    "W12": w12,
     "W7": w7,
     "W8": w8,
 }
@@ -112,7 +117,9 @@ def plan(workload: str, noop: bool) -> list[str]:
             raise EmqError("--noop applies to W2 only (--workload W2 --noop)")
         return ["W2-noop"]
     if workload == "all":
-        return ["W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11", "W7", "W8"]
+        return [
+            "W2", "W2-noop", "W3", "W4", "W5", "W6", "W6b", "W9", "W10", "W11", "W12", "W7", "W8",
+        ]  # fmt: skip
     if workload not in WORKLOADS:
         raise EmqError(f"unknown workload {workload!r}: one of {', '.join(WORKLOADS)}, all")
     return [workload]
@@ -121,7 +128,7 @@ def plan(workload: str, noop: bool) -> list[str]:
 async def run_async(
     runs: list[str], duration_s: float, competitor: bool = False
 ) -> list[dict[str, Any]]:
-    record = any(r in ("W3", "W11") for r in runs)  # (a log costs the sink: only when read)
+    record = any(r in ("W3", "W11", "W12") for r in runs)  # (a log costs the sink: only when read)
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
         async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
             results = []

@@ -16,6 +16,9 @@ Control by signal, so that an idle worker spends nothing on being observed:
   benchmark measures the worker's memory before and after it owns them);
 * ``SIGUSR2``: write a status snapshot (groups owned, jobs delivered, ...) to ``status_path``;
 * ``SIGTERM``/``SIGINT``: the worker's graceful shutdown.
+
+With ``"key_trace": PATH`` the keyed jobs' stamps (:mod:`emq.bench.keytrace`) are written to
+PATH when the worker has stopped.
 """
 
 from __future__ import annotations
@@ -39,6 +42,7 @@ from adapters.memory_config import MemoryConfigStore
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
 from adapters.redis_queue import connect
+from emq.bench.keytrace import KeyTrace, TracingPusher, install
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
 from emq.core.naming import RedisKeys
@@ -163,9 +167,16 @@ async def run(spec: dict[str, Any]) -> None:
     if not spec.get("noop"):
         pusher = executor = make_pusher(settings, AddressPolicy(ALLOW))
         await executor.start()
+    trace = None
+    if spec.get("key_trace"):  # W12: where a key's cycle goes (emq.bench.keytrace)
+        trace = KeyTrace()
+        install(trace)
+        pusher = TracingPusher(pusher, trace)
     try:
         await _run_worker(spec, settings, queues, config, assignment, pusher, history)
     finally:
+        if trace is not None:
+            trace.write(Path(spec["key_trace"]))
         await pusher.aclose()
         await history.aclose()
         await config.aclose()

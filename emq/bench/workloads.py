@@ -39,7 +39,7 @@ from emq.core.errors import EmqError
 from emq.core.model import PRIORITIES
 from worker.settings import WorkerSettings
 
-WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11")
+WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12")
 TARGETS: dict[str, dict[str, tuple[str, float]]] = {
     "W2": {"jobs_per_s": (">=", 10_000), "ratio": (">=", 0.75)},
     "W2-noop": {"cpu_us_per_job": ("<=", 15)},
@@ -50,6 +50,7 @@ TARGETS: dict[str, dict[str, tuple[str, float]]] = {
         "sustained_min": (">=", 0.98),
     },
     "W11": {"inversions": ("<=", 0)},
+    "W12": {"inversions": ("<=", 0)},
     "W7": {"jobs_per_s_spread": ("<=", 1.2), "cpu_per_job_spread": ("<=", 1.2)},
     "W8": {"cpu_ratio_to_w2": ("<=", 1.2)},
     "W4": {"idle_cpu_pct_of_core": ("<=", 2.0), "rss_mib_per_10k_queues": ("<=", 20)},

@@ -199,7 +199,7 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "all"],
+        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12", "all"],
         default="all",
         help="dispatch: which worker workload (default: all)",
     )
