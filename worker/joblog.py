@@ -1,7 +1,7 @@
 """What the worker tells the job-status lookup: job outcomes and, per group, why jobs wait.
 
 Off the hot path: an outcome is one tuple appended to a list (the record is built at flush
-time); the list is written in one round trip just before each checkpoint (so a job the
+time; a delivery's is a plain 5-tuple made in C, the rarer outcomes a :class:`JobRecord`); the list is written in one round trip just before each checkpoint (so a job the
 checkpoint passed has its record written), and dropped, not retried, when Redis cannot take
 it (records are informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
 with work (buffered or in flight) are published once a second.
@@ -13,6 +13,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
@@ -32,11 +33,12 @@ class JobLog:
         self._store = store
         self.enabled = store is not None and store.ttl_s > 0
         self._worker = worker_id
-        self._pending: list[JobRecord] = []
+        # JobRecords, and deliveries as (job id, at ms, attempt, status, latency ms), in order
+        self._pending: list[tuple[Any, ...]] = []
         self.dropped = 0
 
-    def _add(self, entry: JobRecord) -> None:
-        if not entry.job_id:
+    def _add(self, entry: tuple[Any, ...]) -> None:
+        if not entry[0]:
             return  # an unreadable entry has no id to look it up by
         pending = self._pending
         pending.append(entry)
@@ -49,7 +51,7 @@ class JobLog:
         self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
     ) -> None:
         if self.enabled:
-            self._add(JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
+            self._add((job_id, now_ms, attempts, status, ms))
 
     def retry(
         self,
@@ -88,7 +90,9 @@ class JobLog:
         if not self._pending or self._store is None:
             return
         batch, self._pending = self._pending, []
-        records = [(r.job_id, _encode(r)) for r in batch]
+        records = [
+            (r[0], _encode(r) if isinstance(r, JobRecord) else _DELIVERED % r[1:]) for r in batch
+        ]
         try:
             await self._store.record(records)
         except BackendUnavailable as e:
