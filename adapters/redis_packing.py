@@ -2,13 +2,15 @@
 
 redis-py's synchronous client packs commands with hiredis when it is installed; its asyncio
 client (8.1) always packs in Python, one ``Encoder.encode`` and two joins per argument. A worker
-sends thousands of arguments a second (job records, checkpoints, fetches), and that packing was
-a sixth of its own CPU per job (``emq bench dispatch --workload W2 --noop``). :func:`packed_by_hiredis`
-gives a client's connections hiredis's packer instead: the same bytes on the wire (hiredis
-encodes ``str`` as UTF-8, ``int`` and ``float`` as their ``repr``, exactly as the Python packer
-does for a client without ``encoding`` options), and an argument hiredis refuses (``None``, a
-``bool``, any other type) falls back to the Python packer, which raises redis-py's own
-``DataError`` for it. A client with another encoding keeps the Python packer.
+sends thousands of arguments a second (job records, checkpoints, fetches), and that packing
+was a sixth of its own CPU per job (``emq bench dispatch --workload W2 --noop``).
+
+:func:`packed_by_hiredis` gives a client's connections hiredis's packer instead. The bytes on
+the wire are the same: hiredis encodes ``str`` as UTF-8 and ``int`` and ``float`` as their
+``repr``, as the Python packer does for a client without ``encoding`` options. An argument
+hiredis refuses (``None``, a ``bool``, any other type) falls back to the Python packer, which
+raises redis-py's own ``DataError`` for it. A client with another encoding keeps the Python
+packer, and so does a Cluster client (its nodes make their own connections).
 """
 
 from __future__ import annotations

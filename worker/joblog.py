@@ -1,9 +1,10 @@
 """What the worker tells the job-status lookup: job outcomes and, per group, why jobs wait.
 
 Off the hot path: an outcome is one tuple appended to a list (the record is built at flush
-time; a delivery's is a plain 5-tuple made in C, the rarer outcomes a :class:`JobRecord`); the list is written in one round trip just before each checkpoint (so a job the
-checkpoint passed has its record written), and dropped, not retried, when Redis cannot take
-it (records are informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
+time; a delivery's is a plain 5-tuple made in C, the rarer outcomes a :class:`JobRecord`); the
+list is written in one round trip just before each checkpoint (so a job the checkpoint passed
+has its record written), and dropped, not retried, when Redis cannot take it (records are
+informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
 with work (buffered or in flight) are published once a second.
 """
 
