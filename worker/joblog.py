@@ -44,15 +44,22 @@ class JobLog:
         pending = self._pending
         pending.append(entry)
         if len(pending) > MAX_PENDING:
-            excess = len(pending) - MAX_PENDING
-            del pending[:excess]
-            self.dropped += excess
+            self._shed()
+
+    def _shed(self) -> None:
+        pending = self._pending
+        excess = len(pending) - MAX_PENDING
+        del pending[:excess]
+        self.dropped += excess
 
     def delivered(
         self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
     ) -> None:
-        if self.enabled:
-            self._add((job_id, now_ms, attempts, status, ms))
+        if self.enabled and job_id:  # (_add inlined: one per delivered job)
+            pending = self._pending
+            pending.append((job_id, now_ms, attempts, status, ms))
+            if len(pending) > MAX_PENDING:
+                self._shed()
 
     def retry(
         self,
