@@ -16,12 +16,13 @@ packer, and so does a Cluster client (its nodes make their own connections).
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, TypeVar
 
 import hiredis
 import redis.asyncio as aioredis
 from redis.asyncio.connection import AbstractConnection
 
+_C = TypeVar("_C")
 _SPACE = b" "
 _classes: dict[type[AbstractConnection], type[AbstractConnection]] = {}
 
@@ -69,7 +70,7 @@ def packing_class(base: type[AbstractConnection]) -> type[AbstractConnection]:
     return made
 
 
-def packed_by_hiredis(client: Any) -> Any:
+def packed_by_hiredis(client: _C) -> _C:
     """``client`` (not yet connected) with hiredis packing its commands; a Cluster client, or
     one with a non-default encoding, is returned as it is."""
     if not isinstance(client, aioredis.Redis):
