@@ -161,14 +161,20 @@ class RedisJobStore(OwnedClient, JobStore):
             return
         bucket = self._bucket(time.time())
         expire_at = (bucket + 2) * self.ttl_s
-        shards: list[dict[str, bytes]] = [{} for _ in range(SHARDS)]
+        # One HSET's arguments per shard, built flat (a record per delivered job: no dict, no
+        # copy of it into arguments); a job twice in a batch keeps its later record, as HSET
+        # sets fields in order.
+        shards: list[list[Any]] = [[] for _ in range(SHARDS)]
+        crc32 = zlib.crc32
         for job_id, encoded in records:
-            shards[_shard(job_id)][job_id] = encoded
+            fields = shards[crc32(job_id.encode()) % SHARDS]  # (_shard, inline)
+            fields.append(job_id)
+            fields.append(encoded)
         pipe = self._client.pipeline(transaction=False)
         for shard, fields in enumerate(shards):
             if fields:
                 key = self._keys.job_records(bucket, shard)
-                pipe.hset(key, mapping=fields)  # type: ignore[arg-type]
+                pipe.execute_command("HSET", key, *fields)
                 pipe.expireat(key, expire_at)
         await self._run("job records", pipe)
 

@@ -12,6 +12,7 @@ from adapters.redis_demand import RedisDemandBoard
 from adapters.redis_endpoints import RedisEndpointBoard
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
+from adapters.redis_packing import packed_by_hiredis
 from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
@@ -148,7 +149,7 @@ def _own_redis(settings: Settings) -> aioredis.Redis | aioredis.RedisCluster:
     options = client_options(settings.redis_cluster)
     if settings.redis_cluster:
         return aioredis.RedisCluster.from_url(settings.redis_url, **options)
-    return aioredis.Redis.from_url(settings.redis_url, **options)
+    return packed_by_hiredis(aioredis.Redis.from_url(settings.redis_url, **options))
 
 
 def open_history(settings: Settings) -> HistoryStore:

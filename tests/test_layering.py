@@ -75,7 +75,7 @@ RULES = {
     "capacity": Rule(frozenset({"emq.core"}), frozenset(), HTTP_AND_STORES),
     "adapters": Rule(
         frozenset({"emq.core"}),
-        frozenset({"redis", "kazoo"}),
+        frozenset({"redis", "hiredis", "kazoo"}),
         frozenset({"aiohttp", "uhashring", "pyspark"}),
     ),
     "allocator": Rule(

@@ -1,9 +1,10 @@
 """What the worker tells the job-status lookup: job outcomes and, per group, why jobs wait.
 
 Off the hot path: an outcome is one tuple appended to a list (the record is built at flush
-time); the list is written in one round trip just before each checkpoint (so a job the
-checkpoint passed has its record written), and dropped, not retried, when Redis cannot take
-it (records are informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
+time; a delivery's is a plain 5-tuple made in C, the rarer outcomes a :class:`JobRecord`); the
+list is written in one round trip just before each checkpoint (so a job the checkpoint passed
+has its record written), and dropped, not retried, when Redis cannot take it (records are
+informational; at most :data:`MAX_PENDING` are held). Snapshots of the groups
 with work (buffered or in flight) are published once a second.
 """
 
@@ -13,6 +14,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Mapping
+from typing import Any
 
 import orjson
 
@@ -32,24 +34,32 @@ class JobLog:
         self._store = store
         self.enabled = store is not None and store.ttl_s > 0
         self._worker = worker_id
-        self._pending: list[JobRecord] = []
+        # JobRecords, and deliveries as (job id, at ms, attempt, status, latency ms), in order
+        self._pending: list[tuple[Any, ...]] = []
         self.dropped = 0
 
-    def _add(self, entry: JobRecord) -> None:
-        if not entry.job_id:
+    def _add(self, entry: tuple[Any, ...]) -> None:
+        if not entry[0]:
             return  # an unreadable entry has no id to look it up by
         pending = self._pending
         pending.append(entry)
         if len(pending) > MAX_PENDING:
-            excess = len(pending) - MAX_PENDING
-            del pending[:excess]
-            self.dropped += excess
+            self._shed()
+
+    def _shed(self) -> None:
+        pending = self._pending
+        excess = len(pending) - MAX_PENDING
+        del pending[:excess]
+        self.dropped += excess
 
     def delivered(
         self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
     ) -> None:
-        if self.enabled:
-            self._add(JobRecord(job_id, "delivered", now_ms, attempts, status, None, ms))
+        if self.enabled and job_id:  # (_add inlined: one per delivered job)
+            pending = self._pending
+            pending.append((job_id, now_ms, attempts, status, ms))
+            if len(pending) > MAX_PENDING:
+                self._shed()
 
     def retry(
         self,
@@ -88,7 +98,9 @@ class JobLog:
         if not self._pending or self._store is None:
             return
         batch, self._pending = self._pending, []
-        records = [(r.job_id, _encode(r)) for r in batch]
+        records = [
+            (r[0], _encode(r) if isinstance(r, JobRecord) else _DELIVERED % r[1:]) for r in batch
+        ]
         try:
             await self._store.record(records)
         except BackendUnavailable as e:

@@ -4,19 +4,22 @@ The secret is decoded as the spec says (``whsec_`` prefix, then base64, padding 
 per secret: the reference ``standardwebhooks`` package has no public accessor for the decoded
 key, so :func:`secret_key` does that step itself. The signature is computed here rather than by
 ``Webhook.sign``: that call builds a ``datetime``, keys a new HMAC and makes two strings per
-job, 3 µs of a worker's ~15 µs budget per job; here the HMAC keyed once per secret is copied
-(the key's padding is hashed once, not per job), 1 µs. The scheme is the spec's ``v1,`` +
+job, 3 µs of a worker's ~15 µs budget per job. Here HMAC-SHA256 is RFC 2104 on two SHA-256
+states keyed once per secret (the key padded to the block and xored with ipad and opad, as
+``hmac``'s own fallback does); a job copies both, 0.6 µs against 1 µs for copying an
+``hmac.HMAC`` (a Python object around them). The scheme is the spec's ``v1,`` +
 base64(HMAC-SHA256(key, "id.timestamp.body")), and the tests check every signature (secrets
-prefixed or not, padded or not) against ``Webhook.sign`` and ``Webhook.verify``.
+prefixed or not, padded or not, longer than a block or not) against ``Webhook.sign`` and
+``Webhook.verify``.
 """
 
 from __future__ import annotations
 
 import hashlib
-import hmac
 from base64 import b64decode
 from binascii import b2a_base64
 from functools import lru_cache
+from typing import Any
 
 SECRET_PREFIX = "whsec_"
 
@@ -32,17 +35,28 @@ def secret_key(secret: str) -> bytes:
     return key
 
 
+_BLOCK = 64  # SHA-256's block size in bytes
+_IPAD = bytes(x ^ 0x36 for x in range(256))  # translation tables: a byte xored with the pad
+_OPAD = bytes(x ^ 0x5C for x in range(256))
+
+
 @lru_cache(maxsize=4096)
-def keyed(secret: str) -> hmac.HMAC:
-    """An HMAC-SHA256 keyed with a ``whsec_...`` secret; copy it, never update it."""
-    return hmac.new(secret_key(secret), digestmod=hashlib.sha256)
+def keyed(secret: str) -> tuple[Any, Any]:
+    """The inner and outer SHA-256 states of HMAC keyed with a ``whsec_...`` secret; copy
+    them, never update them."""
+    key = secret_key(secret)
+    if len(key) > _BLOCK:
+        key = hashlib.sha256(key).digest()
+    key = key.ljust(_BLOCK, b"\0")
+    return hashlib.sha256(key.translate(_IPAD)), hashlib.sha256(key.translate(_OPAD))
 
 
-def signature(key: hmac.HMAC, message_id: str, timestamp: int, body: str) -> str:
+def signature(key: tuple[Any, Any], message_id: str, timestamp: int, body: str) -> str:
     """``v1,<base64>``: the ``webhook-signature`` of ``body`` sent as ``message_id``."""
-    mac = key.copy()
-    mac.update(f"{message_id}.{timestamp}.{body}".encode())
-    return "v1," + b2a_base64(mac.digest(), newline=False).decode()
+    inner, outer = key[0].copy(), key[1].copy()
+    inner.update(f"{message_id}.{timestamp}.{body}".encode())
+    outer.update(inner.digest())
+    return "v1," + b2a_base64(outer.digest(), newline=False).decode()
 
 
 def signature_headers(secret: str, message_id: str, now: float, body: str) -> dict[str, str]:

@@ -9,6 +9,7 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from adapters.redis_conn import Client, client_options
+from adapters.redis_packing import packed_by_hiredis
 from adapters.redis_queue.base import DEFAULT_IDEMPOTENCY_WINDOW_S
 from adapters.redis_queue.dead_letters import RedisDeadLetters
 from adapters.redis_queue.delayed import RedisDelayed
@@ -45,9 +46,9 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     wait = {k: opts.pop(k) for k in own if k in opts}
     opts = client_options(cluster, **opts)
     make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
-    client: Client = make(url, **opts)
+    client: Client = packed_by_hiredis(make(url, **opts))
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).
-    blocking: Client = make(url, **{**opts, "socket_timeout": None})
+    blocking: Client = packed_by_hiredis(make(url, **{**opts, "socket_timeout": None}))
     try:
         backend = RedisQueueBackend(
             client, RedisKeys(prefix), idempotency_window_s=window, blocking_client=blocking, **wait

@@ -20,6 +20,7 @@ from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
 from adapters.redis_queue.lua import FENCE, OFFSETS
 from adapters.redis_replies import (
     BatchItem,
+    Command,
     counts_of,
     cursor_of,
     entries_of,
@@ -256,9 +257,7 @@ class RedisOwner(RedisQueueBase):
     ) -> set[GroupRef]:
         """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined)."""
         wanted = holder.encode()
-        keys = [self._hold_keys(g) for g, _ in groups]
-        chunks = self._per_slot(range(len(groups)), lambda i: self._slot(keys[i][0]))
-        commands = [("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
+        chunks, commands = self._hold_commands([g for g, _ in groups])
         lost = set()
         for chunk, reply in zip(chunks, await self._pipeline(commands, "check_holds"), strict=True):
             for n, i in enumerate(chunk):
@@ -267,6 +266,24 @@ class RedisOwner(RedisQueueBase):
                 if (found is not None and found != wanted) or int(epoch or 0) > mine:
                     lost.add(group)
         return lost
+
+    # The last check's groups, their indexes per slot and its MGETs (see _hold_commands).
+    _hold_cache: tuple[list[GroupRef], list[list[int]], list[Command]] | None = None
+
+    def _hold_commands(self, refs: list[GroupRef]) -> tuple[list[list[int]], list[Command]]:
+        """The MGETs that check ``refs`` (indexes into ``refs`` per command), made again only
+        when the groups change: a worker checks the same groups four times a second, and the
+        list compares at C speed (the same GroupRef objects compare by identity)."""
+        cached = self._hold_cache
+        if cached is not None and cached[0] == refs:
+            return cached[1], cached[2]
+        keys = [self._hold_keys(g) for g in refs]
+        chunks = self._per_slot(range(len(refs)), lambda i: self._slot(keys[i][0]))
+        commands: list[Command] = [
+            ("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks
+        ]
+        self._hold_cache = (refs, chunks, commands)
+        return chunks, commands
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
         """The holder and epoch keys of ``group``, cached: a worker checks all its groups

@@ -41,6 +41,7 @@ import uvloop
 from adapters.memory_config import MemoryConfigStore
 from adapters.redis_history import RedisHistoryStore
 from adapters.redis_jobs import RedisJobStore
+from adapters.redis_packing import packed_by_hiredis
 from adapters.redis_queue import connect
 from emq.bench.keytrace import KeyTrace, TracingPusher, install
 from emq.core.interfaces import Pusher, PushRequest, PushResult
@@ -157,7 +158,9 @@ async def run(spec: dict[str, Any]) -> None:
     settings = WorkerSettings(**{"metrics_port": "0", **client, **spec.get("settings", {})})
     queues = await connect(spec["redis_url"], cluster=False, prefix=spec["prefix"])
     history = RedisHistoryStore(
-        aioredis.Redis.from_url(spec["redis_url"]), RedisKeys(spec["prefix"]), owns_client=True
+        packed_by_hiredis(aioredis.Redis.from_url(spec["redis_url"])),
+        RedisKeys(spec["prefix"]),
+        owns_client=True,
     )
     config = MemoryConfigStore()
     for tenant in {spec["tenant"], *(t.get("tenant", spec["tenant"]) for t in spec["topics"])}:
@@ -192,7 +195,7 @@ async def _run_worker(
     pusher: Pusher,
     history: RedisHistoryStore,
 ) -> None:
-    client = aioredis.Redis.from_url(spec["redis_url"])
+    client = packed_by_hiredis(aioredis.Redis.from_url(spec["redis_url"]))  # as emq.compose
     jobs = RedisJobStore(client, RedisKeys(spec["prefix"]), owns_client=True)
     try:
         await _serve(spec, settings, queues, config, assignment, pusher, history, jobs)

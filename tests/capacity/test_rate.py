@@ -280,3 +280,57 @@ def test_a_handover_keeps_every_window_within_the_quota(
         t += dt
         grants += [t] * new.reserve(want, t)
     assert _max_window(grants) <= qps + extra
+
+
+class _RemovingCounter(QpsCounter):
+    """The restamp before it bisected: ``deque.remove`` of the grant (the reference)."""
+
+    def restamp(self, granted_at: float, now: float) -> bool:
+        now = self._advance(now)
+        self._log_room(now)
+        log = self._log
+        if log and log[0] <= granted_at <= log[-1]:
+            try:
+                log.remove(granted_at)
+            except ValueError:
+                pass
+            else:
+                log.append(now)
+                return True
+        return self.reserve(1, now) == 1
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.integers(1, 40),
+    quiet_first=st.booleans(),
+    steps=st.lists(
+        st.tuples(st.floats(0, 0.4), st.integers(0, 30), st.integers(0, 30), st.integers(0, 8)),
+        min_size=1,
+        max_size=100,
+    ),
+)
+def test_restamp_by_bisection_moves_the_grant_deque_remove_moved(
+    qps: int, quiet_first: bool, steps: list[tuple[float, int, int, int]]
+) -> None:
+    """The same answers and the same log as the linear search, whatever the grants moved
+    (oldest, newest, ones never granted, duplicates) and after a handover's quiet()."""
+    fast, slow = QpsCounter(qps, burst_s=0.5), _RemovingCounter(qps, burst_s=0.5)
+    t = 1_700_000_000.25
+    grants: list[float] = []
+    if quiet_first:
+        fast.quiet(t)
+        slow.quiet(t)
+    for dt, want, back, move in steps:
+        t += dt
+        got = fast.reserve(want, t)
+        assert slow.reserve(want, t) == got
+        grants += [t] * got
+        fast.rollback(back, t)
+        slow.rollback(back, t)
+        del grants[max(0, len(grants) - back) :]
+        picks = sorted(set(grants))
+        for old in picks[:move] + picks[-move:] + [t - 0.0001]:  # oldest, newest, unknown
+            assert fast.restamp(old, t) == slow.restamp(old, t)
+        assert list(fast._log) == list(slow._log)
+        assert fast.available(t) == slow.available(t)
