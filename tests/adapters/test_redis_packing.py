@@ -38,7 +38,7 @@ def test_a_pipeline_is_the_same_bytes() -> None:
     assert b"".join(fast.pack_commands(COMMANDS)) == expected
 
 
-@pytest.mark.parametrize("bad", [None, True, object(), [1]], ids=repr)
+@pytest.mark.parametrize("bad", [None, True, object(), [1]], ids=["none", "bool", "object", "list"])
 def test_a_bad_argument_fails_as_redis_py_makes_it(bad: Any) -> None:
     fast = packing_class(Connection)()
     with pytest.raises(DataError):
