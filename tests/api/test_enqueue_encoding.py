@@ -7,7 +7,7 @@ import json
 import pytest
 
 from emq.api.enqueue import encode_envelope, parse_body
-from emq.core.errors import InvalidInput
+from emq.core.errors import InvalidInput, PayloadTooLarge
 from emq.core.model import Envelope, JobLimits
 
 JOBS = [
@@ -57,3 +57,14 @@ def test_a_body_of_another_type_is_named(body: object, kind: str) -> None:
         parse_body(raw, JobLimits())
     assert e.value.field == "jobs[1].body"
     assert str(e.value) == f"jobs[1].body: must be a string, object or array, got {kind}"
+
+
+@pytest.mark.parametrize("char", ["a", "é", "☃"])
+def test_a_body_is_measured_in_utf8_bytes(char: str) -> None:
+    limits = JobLimits(max_body_bytes=60)
+    fits = char * (60 // len(char.encode()))
+    assert parse_body({"url": "https://e.com/", "body": fits}, limits)[0].body == fits
+    with pytest.raises(PayloadTooLarge):
+        parse_body({"url": "https://e.com/", "body": fits + char}, limits)
+    with pytest.raises(PayloadTooLarge):  # an object body, measured once encoded
+        parse_body({"url": "https://e.com/", "body": {"k": fits}}, limits)
