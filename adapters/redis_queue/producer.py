@@ -21,13 +21,20 @@ from emq.core.model import GroupRef, QueueRef
 
 _Slot: TypeAlias = tuple[int, int]
 
-# KEYS: streams  ARGV: (index into KEYS, payload) pairs -> the new offsets, in ARGV order
+# KEYS: streams  ARGV: "k:n,k:n,...", payloads -> the new offsets, in the order of the pairs
 # Appends many plain jobs, to one or many queues of one slot, in one call: a batch of 1000 puts
 # costs a few commands instead of 1000 (redis-py spends ~20 us of Python per pipelined command).
+# Job i goes to stream KEYS[k_i]; its payload is the next n_i bytes of ARGV[2] (all payloads
+# concatenated: two arguments for the batch, see adapters.redis_replies.Append).
 APPEND = """
 local ids = {}
-for i = 1, #ARGV, 2 do
-  ids[#ids + 1] = redis.call('XADD', KEYS[tonumber(ARGV[i])], '*', 'd', ARGV[i + 1])
+local payloads = ARGV[2]
+local at = 1
+for k, n in string.gmatch(ARGV[1], '(%d+):(%d+)') do
+  local stop = at + tonumber(n)
+  local payload = string.sub(payloads, at, stop - 1)
+  ids[#ids + 1] = redis.call('XADD', KEYS[tonumber(k)], '*', 'd', payload)
+  at = stop
 end
 return ids
 """

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import functools
-import json
 import os
 import secrets
 import time
@@ -42,7 +41,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
-from emq.api import answers, plans, replay, ui
+from emq.api import answers, jsonbody, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -136,7 +135,7 @@ class Api:
         if not raw:
             raise MalformedRequest(None, "request body is empty; send a JSON object")
         try:
-            return json.loads(raw)
+            return jsonbody.decode(raw)
         except (ValueError, UnicodeDecodeError) as e:
             raise MalformedRequest(None, f"request body is not valid JSON: {e}") from None
         except RecursionError:
@@ -338,7 +337,7 @@ class Api:
         if self.enqueue_history is not None and stored:
             self.enqueue_history.add(await self.config.get_topic(ref), stored)
         answer: answers.Accepted = {"ids": accepted.ids, "duplicates": accepted.duplicates}
-        return web.json_response(answer, status=202)
+        return web.json_response(answer, status=202, dumps=jsonbody.encode)
 
     async def job_status(self, request: web.Request) -> web.Response:
         ref = self._ref(request)

@@ -24,12 +24,14 @@ import orjson
 from emq.core import schema
 from emq.core.errors import BacklogFull
 from emq.core.interfaces import ConfigStore, JobProducer, PutItem
-from emq.core.jobs import placed_job_id
+from emq.core.jobs import placed_job_ids
 from emq.core.model import (
     PRIORITIES,
     GroupRef,
     Job,
     JobLimits,
+    Priority,
+    QueueRef,
     Topic,
     TopicRef,
 )
@@ -163,13 +165,17 @@ class Enqueuer:
         spread = self._spread.get(topic.ref)
         if spread is None:
             spread = self._spread[topic.ref] = itertools.count(random.randrange(1 << 16))
+        places = [(self._group_index(job, topic.groups, spread), job.priority) for job in jobs]
+        ids = placed_job_ids(now_ms, places)  # findable by its id
+        queues: dict[tuple[int, Priority], QueueRef] = {}  # one QueueRef per queue of the batch
         items = []
-        for job in jobs:
-            group = GroupRef(topic.ref, self._group_index(job, topic.groups, spread))
-            job_id = placed_job_id(now_ms, group.index, job.priority)  # findable by its id
+        for job, job_id, place in zip(jobs, ids, places, strict=True):
+            queue = queues.get(place)
+            if queue is None:
+                queue = queues[place] = GroupRef(topic.ref, place[0]).queue(place[1])
             items.append(
                 PutItem(
-                    queue=group.queue(job.priority),
+                    queue=queue,
                     job_id=job_id,
                     payload=encode_envelope(job_id, job, now_ms),
                     idempotency_key=job.idempotency_key,

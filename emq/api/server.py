@@ -31,6 +31,7 @@ from aiohttp import web
 from emq.api.app import make_app
 from emq.api.errors import Handler
 from emq.api.guard import ConnectionLimits, GuardedRunner
+from emq.api.heap import tune_gc
 from emq.api.settings import ApiSettings
 from emq.compose import (
     open_config,
@@ -187,6 +188,7 @@ async def serve(
     try:
         await runner.setup()
         await _listen(runner, host, port, listening)
+        tune_gc()  # what start-up made stays out of every later collection (emq.api.heap)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):

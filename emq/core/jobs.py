@@ -52,6 +52,40 @@ def placed_job_id(now_ms: int, group_index: int, priority: Priority) -> str:
     return "msg_" + _time_digits(now_ms) + low_digits
 
 
+# Tables for bytes.translate: a random byte to a random digit (256 is a multiple of 32, so the
+# digits stay uniform), and per priority rank, to the digit that holds the rank's 2 bits and 3
+# random ones.
+_RANDOM_DIGIT = bytes(_CROCKFORD.encode()[b & 31] for b in range(256))
+_RANK_DIGIT = [
+    bytes(_CROCKFORD.encode()[(rank << 3) | (b & 7)] for b in range(256)) for rank in range(4)
+]
+_MAX_GROUP = (1 << (GROUP_BITS - 1)) - 1
+
+
+def placed_job_ids(now_ms: int, places: Sequence[tuple[int, Priority]]) -> list[str]:
+    """:func:`placed_job_id` for each (group index, priority) of a batch enqueued at ``now_ms``,
+    with the random digits of the whole batch drawn and spelt at once (~5x cheaper per id).
+
+    The 80 low bits are 16 digits: ``placed | group`` (20 bits, 4 digits, the same for a
+    group's jobs), then the rank's 2 bits and 3 random ones (1 digit), then 55 random bits (11
+    digits): the same bits as :func:`placed_job_id`'s, drawn from the same generator.
+    """
+    n = len(places)
+    rand = random.randbytes(12 * n)
+    digits = rand[: 11 * n].translate(_RANDOM_DIGIT).decode()
+    fifth = [rand[11 * n :].translate(table).decode() for table in _RANK_DIGIT[: len(PRIORITIES)]]
+    head = "msg_" + _time_digits(now_ms)
+    heads: dict[int, str] = {}
+    out = []
+    for i, (g, priority) in enumerate(places):
+        known = heads.get(g)
+        if known is None:
+            top = (_PLACED >> _GROUP_SHIFT) | (g if 0 <= g <= _MAX_GROUP else _MAX_GROUP)
+            known = heads[g] = head + _DIGIT_PAIRS[top >> 10] + _DIGIT_PAIRS[top & 1023]
+        out.append(known + fifth[priority.rank][i] + digits[11 * i : 11 * i + 11])
+    return out
+
+
 def base32_digits(n: int) -> str:
     """``n`` (< 2**130) as 26 Crockford base32 digits, most significant first: two digits per
     10 bits from a table (3x faster than a divmod per digit)."""

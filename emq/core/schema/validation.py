@@ -137,6 +137,7 @@ def _message(error: ErrorDetails) -> str:
         "float_type": f"must be a number, got {json_kind(value)}",
         "bool_type": f"must be true or false, got {value!r}",
         "finite_number": "must be a finite number",
+        "body_type": f"must be a string, object or array, got {json_kind(value)}",
         "model_type": f"must be a JSON object, got {json_kind(value)}",
         "dict_type": f"must be a JSON object, got {json_kind(value)}",
         "list_type": f"must be an array, got {json_kind(value)}",
