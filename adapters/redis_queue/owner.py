@@ -16,6 +16,7 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 
+from adapters.redis_queue import hold_check
 from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
 from adapters.redis_queue.lua import FENCE, OFFSETS
 from adapters.redis_replies import (
@@ -183,6 +184,8 @@ return refused
 class RedisOwner(RedisQueueBase):
     """Claim, read, commit and trim the groups a worker owns; wait for ready signals."""
 
+    _hold_check: hold_check.HoldCheck | None = None  # the last check_holds', for the next
+
     def _register_scripts(self) -> None:
         super()._register_scripts()
         self._read = self._script(READ)
@@ -254,19 +257,21 @@ class RedisOwner(RedisQueueBase):
     async def check_holds(
         self, groups: Sequence[tuple[GroupRef, int]], holder: str
     ) -> set[GroupRef]:
-        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined)."""
-        wanted = holder.encode()
-        keys = [self._hold_keys(g) for g, _ in groups]
-        chunks = self._per_slot(range(len(groups)), lambda i: self._slot(keys[i][0]))
-        commands = [("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
-        lost = set()
-        for chunk, reply in zip(chunks, await self._pipeline(commands, "check_holds"), strict=True):
-            for n, i in enumerate(chunk):
-                found, epoch = reply[2 * n], reply[2 * n + 1]
-                group, mine = groups[i]
-                if (found is not None and found != wanted) or int(epoch or 0) > mine:
-                    lost.add(group)
-        return lost
+        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined), built
+        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`)."""
+        holds, wanted = tuple(groups), holder.encode()
+        check = self._hold_check
+        if check is None or not check.fits(holds, wanted):
+            check = self._hold_check = hold_check.build(
+                holds, wanted, self._hold_keys, self._per_slot, self._slot
+            )
+        if not check.chunks:
+            return set()
+        if self._cluster:  # (a Cluster pipeline routes each MGET to its slot's node)
+            replies = await self._pipeline(check.commands, "check_holds")
+        else:
+            replies = await self._calls.packed(check.packed, len(check.chunks), "check_holds")
+        return check.lost(replies)
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
         """The holder and epoch keys of ``group``, cached: a worker checks all its groups
