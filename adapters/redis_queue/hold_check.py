@@ -39,20 +39,25 @@ class HoldCheck:
         holder: bytes,
         keys: Sequence[tuple[bytes, bytes]],
         chunks: list[list[int]],
+        cluster: bool = False,
     ) -> None:
         """``keys[i]``: the holder and epoch keys of ``holds[i]``; ``chunks``: the indexes of
-        ``holds`` each MGET covers (one Cluster slot each)."""
+        ``holds`` each MGET covers (one Cluster slot each); ``cluster``: for a Cluster client."""
         self.holds = holds
         self.holder = holder
         self.chunks = chunks
         mgets = [(b"MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
-        # All the MGETs in one string: a standalone server takes them as one write. (A Cluster
-        # pipeline routes by command name, which it wants as text.)
-        self.packed = b"".join(packed(c) for c in mgets)
-        self.commands: list[tuple[str | bytes, ...]] = [("MGET", *c[1:]) for c in mgets]
+        # Only one of them is kept (a worker holds this for thousands of groups): on a standalone
+        # server all the MGETs in one string, sent as one write; for a Cluster pipeline, which
+        # routes each to its slot's node, the commands (their name as text).
+        self.packed = b"" if cluster else b"".join(packed(c) for c in mgets)
+        self.commands: list[tuple[str | bytes, ...]] = (
+            [("MGET", *c[1:]) for c in mgets] if cluster else []
+        )
         # Each MGET's reply while every group is still ours at its epoch, as Redis spells it.
+        spelled: dict[int, bytes] = {}  # (most groups share a few epochs: one bytes each)
         self.expected = [
-            [v for i in chunk for v in (holder, b"%d" % holds[i][1])] for chunk in chunks
+            [v for i in chunk for v in (holder, _spelled(spelled, holds[i][1]))] for chunk in chunks
         ]
 
     def fits(self, holds: Holds, holder: bytes) -> bool:
@@ -75,16 +80,24 @@ class HoldCheck:
         return lost
 
 
+def _spelled(known: dict[int, bytes], epoch: int) -> bytes:
+    found = known.get(epoch)
+    if found is None:
+        found = known[epoch] = b"%d" % epoch
+    return found
+
+
 def build(
     holds: Holds,
     holder: bytes,
     keys_of: Callable[[GroupRef], tuple[str, str]],
     per_slot: Callable[[Sequence[int], Callable[[int], int]], list[list[int]]],
     slot: Callable[[str], int],
+    cluster: bool,
 ) -> HoldCheck:
     """A :class:`HoldCheck` for ``holds``: the keys spelled by ``keys_of``, the MGETs split by
     ``per_slot`` (indexes of ``holds``, by the slot of their holder key)."""
     spelled = [keys_of(g) for g, _ in holds]
     chunks = per_slot(range(len(holds)), lambda i: slot(spelled[i][0]))
     keys = [(h.encode(), e.encode()) for h, e in spelled]
-    return HoldCheck(holds, holder, keys, chunks)
+    return HoldCheck(holds, holder, keys, chunks, cluster)

@@ -17,7 +17,7 @@ from typing import Any
 from redis.commands.core import AsyncScript
 
 from adapters.redis_queue import hold_check
-from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
+from adapters.redis_queue.base import RedisQueueBase
 from adapters.redis_queue.lua import FENCE, OFFSETS
 from adapters.redis_replies import (
     BatchItem,
@@ -263,7 +263,7 @@ class RedisOwner(RedisQueueBase):
         check = self._hold_check
         if check is None or not check.fits(holds, wanted):
             check = self._hold_check = hold_check.build(
-                holds, wanted, self._hold_keys, self._per_slot, self._slot
+                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster
             )
         if not check.chunks:
             return set()
@@ -274,14 +274,8 @@ class RedisOwner(RedisQueueBase):
         return check.lost(replies)
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
-        """The holder and epoch keys of ``group``, cached: a worker checks all its groups
-        several times a second, and spelling the keys costs more than reading them."""
-        keys = self._holder_keys.get(group)
-        if keys is None:
-            if len(self._holder_keys) >= KEY_CACHE_MAX:
-                self._holder_keys.clear()
-            keys = self._holder_keys[group] = (self._keys.holder(group), self._keys.epoch(group))
-        return keys
+        """The holder and epoch keys of ``group`` (spelled only when a hold check is built)."""
+        return self._keys.holder(group), self._keys.epoch(group)
 
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         return (await self.read_checkpoints([queue]))[0]

@@ -19,16 +19,22 @@ def test_packed_is_what_redis_py_sends() -> None:
     assert packed(command) == b"".join(Connection().pack_command(*command))
 
 
-def check_of(holds: list[tuple[GroupRef, int]]) -> HoldCheck:
+def check_of(holds: list[tuple[GroupRef, int]], cluster: bool = False) -> HoldCheck:
     keys = [(f"{g}:h".encode(), f"{g}:e".encode()) for g, _ in holds]
-    return HoldCheck(tuple(holds), b"me", keys, [[0, 1], [2]])
+    return HoldCheck(tuple(holds), b"me", keys, [[0, 1], [2]], cluster)
 
 
 def test_a_reply_is_read_as_lost_groups() -> None:
     holds = [(group(0), 3), (group(1), 12), (group(2), 1)]
+    on_cluster = check_of(holds, cluster=True)
+    assert on_cluster.packed == b"" and on_cluster.commands[1] == (
+        "MGET",
+        f"{group(2)}:h".encode(),
+        f"{group(2)}:e".encode(),
+    )
     check = check_of(holds)
-    assert check.commands[1] == ("MGET", f"{group(2)}:h".encode(), f"{group(2)}:e".encode())
-    mgets = [(b"MGET", *c[1:]) for c in check.commands]
+    assert check.commands == []
+    mgets = [(b"MGET", *c[1:]) for c in on_cluster.commands]
     assert check.packed == packed(mgets[0]) + packed(mgets[1])  # type: ignore[arg-type]
     assert check.lost([[b"me", b"3", b"me", b"12"], [b"me", b"1"]]) == set()  # as expected
     # No holder recorded, an older or equal epoch spelled otherwise: still ours.
@@ -57,9 +63,10 @@ def test_build_splits_by_slot() -> None:
             out.setdefault(slot(i), []).append(i)
         return list(out.values())
 
-    check = build(holds, b"me", lambda g: (f"{g}:h", f"{g}:e"), per_slot, lambda k: len(k) % 2)
+    keys = lambda g: (f"{g}:h", f"{g}:e")  # noqa: E731
+    check = build(holds, b"me", keys, per_slot, lambda k: int(k.split("/")[2][1:]) % 2, True)
     assert sorted(i for c in check.chunks for i in c) == list(range(5))
-    assert len(check.commands) == len(check.chunks) == len(check.expected)
+    assert len(check.commands) == len(check.chunks) == len(check.expected) == 2
 
 
 async def test_a_reused_check_sees_every_change_in_the_store(redis_subject: Subject) -> None:
