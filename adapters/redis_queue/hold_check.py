@@ -21,13 +21,6 @@ from emq.core.model import GroupRef
 Holds = tuple[tuple[GroupRef, int], ...]
 
 
-def packed(command: Sequence[bytes]) -> bytes:
-    """``command`` in the Redis protocol (RESP), as a client sends it."""
-    parts = [b"*%d\r\n" % len(command)]
-    parts += [b"$%d\r\n%s\r\n" % (len(arg), arg) for arg in command]
-    return b"".join(parts)
-
-
 class HoldCheck:
     """The MGETs checking ``holds`` for ``holder``, and what their replies say (see module)."""
 
@@ -37,23 +30,24 @@ class HoldCheck:
         self,
         holds: Holds,
         holder: bytes,
-        keys: Sequence[tuple[bytes, bytes]],
+        keys: Callable[[int], tuple[bytes, bytes]],
         chunks: list[list[int]],
         cluster: bool = False,
     ) -> None:
-        """``keys[i]``: the holder and epoch keys of ``holds[i]``; ``chunks``: the indexes of
+        """``keys(i)``: the holder and epoch keys of ``holds[i]``; ``chunks``: the indexes of
         ``holds`` each MGET covers (one Cluster slot each); ``cluster``: for a Cluster client."""
         self.holds = holds
         self.holder = holder
         self.chunks = chunks
-        mgets = [(b"MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks]
         # Only one of them is kept (a worker holds this for thousands of groups): on a standalone
         # server all the MGETs in one string, sent as one write; for a Cluster pipeline, which
         # routes each to its slot's node, the commands (their name as text).
-        self.packed = b"" if cluster else b"".join(packed(c) for c in mgets)
-        self.commands: list[tuple[str | bytes, ...]] = (
-            [("MGET", *c[1:]) for c in mgets] if cluster else []
-        )
+        self.commands: list[tuple[str | bytes, ...]] = []
+        self.packed = b""
+        if cluster:
+            self.commands = [("MGET", *(k for i in c for k in keys(i))) for c in chunks]
+        else:
+            self.packed = _packed_mgets(chunks, keys)
         # Each MGET's reply while every group is still ours at its epoch, as Redis spells it.
         spelled: dict[int, bytes] = {}  # (most groups share a few epochs: one bytes each)
         self.expected = [
@@ -80,6 +74,20 @@ class HoldCheck:
         return lost
 
 
+def _packed_mgets(chunks: list[list[int]], keys: Callable[[int], tuple[bytes, bytes]]) -> bytes:
+    """The MGET of each chunk's keys, packed, written straight into one buffer: built while a
+    worker takes on thousands of groups, it leaves no garbage of one object per key behind."""
+    out = bytearray()
+    for chunk in chunks:
+        out += b"*%d\r\n$4\r\nMGET\r\n" % (1 + 2 * len(chunk))
+        for i in chunk:
+            for key in keys(i):
+                out += b"$%d\r\n" % len(key)
+                out += key
+                out += b"\r\n"
+    return bytes(out)
+
+
 def _spelled(known: dict[int, bytes], epoch: int) -> bytes:
     found = known.get(epoch)
     if found is None:
@@ -97,7 +105,11 @@ def build(
 ) -> HoldCheck:
     """A :class:`HoldCheck` for ``holds``: the keys spelled by ``keys_of``, the MGETs split by
     ``per_slot`` (indexes of ``holds``, by the slot of their holder key)."""
-    spelled = [keys_of(g) for g, _ in holds]
-    chunks = per_slot(range(len(holds)), lambda i: slot(spelled[i][0]))
-    keys = [(h.encode(), e.encode()) for h, e in spelled]
+    slots = [slot(keys_of(g)[0]) for g, _ in holds]  # (only the slots kept: ints)
+    chunks = per_slot(range(len(holds)), slots.__getitem__)
+
+    def keys(i: int) -> tuple[bytes, bytes]:  # spelled again, one group at a time
+        h, e = keys_of(holds[i][0])
+        return h.encode(), e.encode()
+
     return HoldCheck(holds, holder, keys, chunks, cluster)

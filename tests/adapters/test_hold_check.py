@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from redis.asyncio.connection import Connection
 
-from adapters.redis_queue.hold_check import HoldCheck, build, packed
+from adapters.redis_queue.hold_check import HoldCheck, build
 from emq.core.model import GroupRef, Namespace, TopicRef
 from tests.adapters.conftest import Subject
 
@@ -14,14 +14,21 @@ def group(i: int) -> GroupRef:
     return TopicRef(Namespace.ONLINE, "acme", f"t{i}").group(i % 3)
 
 
-def test_packed_is_what_redis_py_sends() -> None:
-    command = (b"MGET", b"a", b"{x}:holder", b"", b"\xff" * 7000)
-    assert packed(command) == b"".join(Connection().pack_command(*command))
+def redis_py_packed(*commands: tuple[str | bytes, ...]) -> bytes:
+    return b"".join(Connection().pack_commands(commands))
 
 
 def check_of(holds: list[tuple[GroupRef, int]], cluster: bool = False) -> HoldCheck:
     keys = [(f"{g}:h".encode(), f"{g}:e".encode()) for g, _ in holds]
-    return HoldCheck(tuple(holds), b"me", keys, [[0, 1], [2]], cluster)
+    return HoldCheck(tuple(holds), b"me", keys.__getitem__, [[0, 1], [2]], cluster)
+
+
+def test_packed_is_what_redis_py_sends_even_for_long_keys() -> None:
+    holds = [(group(0), 3), (group(1), 12), (group(2), 1)]
+    keys = [(b"h" * 7000, b""), (b"{x}:holder", b"\xff"), (b"a", b"b")]
+    check = HoldCheck(tuple(holds), b"me", keys.__getitem__, [[0, 1], [2]])
+    expected = [(b"MGET", *keys[0], *keys[1]), (b"MGET", *keys[2])]
+    assert check.packed == redis_py_packed(*expected)
 
 
 def test_a_reply_is_read_as_lost_groups() -> None:
@@ -35,7 +42,7 @@ def test_a_reply_is_read_as_lost_groups() -> None:
     check = check_of(holds)
     assert check.commands == []
     mgets = [(b"MGET", *c[1:]) for c in on_cluster.commands]
-    assert check.packed == packed(mgets[0]) + packed(mgets[1])  # type: ignore[arg-type]
+    assert check.packed == redis_py_packed(*mgets)  # what redis-py would send
     assert check.lost([[b"me", b"3", b"me", b"12"], [b"me", b"1"]]) == set()  # as expected
     # No holder recorded, an older or equal epoch spelled otherwise: still ours.
     assert check.lost([[None, b"3", b"me", b"012"], [b"me", b"0"]]) == set()
