@@ -55,6 +55,8 @@ class Holds:
         self._drop = drop
         self._claims: list[_Claim] = []  # claims of this loop iteration, sent together
         self._batches: set[asyncio.Task[None]] = set()
+        self._checked: list[GroupState] = []  # the groups of the last hold check, and their holds
+        self._checked_holds: list[tuple[GroupRef, int]] = []
 
     async def claim(self, ref: GroupRef, epoch: int) -> Claimed:
         """Claim ``ref`` at ``epoch`` (claiming twice is harmless): whether a former holder never
@@ -115,13 +117,20 @@ class Holds:
             sent = time.monotonic()
             groups = [g for g in self.groups.values() if not g.dropped]
             try:
-                holds = [(g.ref, g.epoch) for g in groups]
-                lost = await self.queues.check_holds(holds, self.holder)
+                lost = await self.queues.check_holds(self._holds(groups), self.holder)
             except BackendUnavailable as e:
                 log.debug("holds not checked: %s", e)
             else:
-                for g in groups:
+                for g in groups if lost else ():
                     if g.ref in lost:
                         self._drop(g, "fenced: claimed by another worker")
                 self.assignment.vouched(sent + HOLD_VALID_S)
             await asyncio.sleep(max(0.0, sent + HOLD_CHECK_S - time.monotonic()))
+
+    def _holds(self, groups: list[GroupState]) -> list[tuple[GroupRef, int]]:
+        """``(ref, epoch)`` of ``groups``: the same list while the groups are the same, so that
+        the store may reuse the check it built for it (a group's ref and epoch never change)."""
+        if groups != self._checked:  # (GroupState compares by identity: cheap)
+            self._checked = groups
+            self._checked_holds = [(g.ref, g.epoch) for g in groups]
+        return self._checked_holds

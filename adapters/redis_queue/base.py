@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -78,7 +79,6 @@ class RedisQueueBase:
         self._window = str(int(idempotency_window_s))
         self._cluster = isinstance(client, RedisCluster)
         self._key_cache: dict[QueueRef, QueueKeys] = {}
-        self._holder_keys: dict[GroupRef, tuple[str, str]] = {}
         self._closed = False
         self.health = BackendHealth()
         self._scripts: list[AsyncScript] = []
@@ -187,7 +187,9 @@ class RedisQueueBase:
                 self._key_cache.clear()
             k = self._keys
             stream = k.stream(queue)
-            known = QueueKeys(stream, k.checkpoint(queue), k.epoch(queue.group), self._slot(stream))
+            # (one epoch key per group, not per queue: interned, its three queues share it)
+            epoch = sys.intern(k.epoch(queue.group))
+            known = QueueKeys(stream, k.checkpoint(queue), epoch, self._slot(stream))
             self._key_cache[queue] = known
         return known
 

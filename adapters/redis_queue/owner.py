@@ -16,11 +16,11 @@ from typing import Any
 
 from redis.commands.core import AsyncScript
 
-from adapters.redis_queue.base import KEY_CACHE_MAX, RedisQueueBase
+from adapters.redis_queue import hold_check
+from adapters.redis_queue.base import RedisQueueBase
 from adapters.redis_queue.lua import FENCE, OFFSETS
 from adapters.redis_replies import (
     BatchItem,
-    Command,
     counts_of,
     cursor_of,
     entries_of,
@@ -184,6 +184,8 @@ return refused
 class RedisOwner(RedisQueueBase):
     """Claim, read, commit and trim the groups a worker owns; wait for ready signals."""
 
+    _hold_check: hold_check.HoldCheck | None = None  # the last check_holds', for the next
+
     def _register_scripts(self) -> None:
         super()._register_scripts()
         self._read = self._script(READ)
@@ -255,45 +257,25 @@ class RedisOwner(RedisQueueBase):
     async def check_holds(
         self, groups: Sequence[tuple[GroupRef, int]], holder: str
     ) -> set[GroupRef]:
-        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined)."""
-        wanted = holder.encode()
-        chunks, commands = self._hold_commands([g for g, _ in groups])
-        lost = set()
-        for chunk, reply in zip(chunks, await self._pipeline(commands, "check_holds"), strict=True):
-            for n, i in enumerate(chunk):
-                found, epoch = reply[2 * n], reply[2 * n + 1]
-                group, mine = groups[i]
-                if (found is not None and found != wanted) or int(epoch or 0) > mine:
-                    lost.add(group)
-        return lost
-
-    # The last check's groups, their indexes per slot and its MGETs (see _hold_commands).
-    _hold_cache: tuple[list[GroupRef], list[list[int]], list[Command]] | None = None
-
-    def _hold_commands(self, refs: list[GroupRef]) -> tuple[list[list[int]], list[Command]]:
-        """The MGETs that check ``refs`` (indexes into ``refs`` per command), made again only
-        when the groups change: a worker checks the same groups four times a second, and the
-        list compares at C speed (the same GroupRef objects compare by identity)."""
-        cached = self._hold_cache
-        if cached is not None and cached[0] == refs:
-            return cached[1], cached[2]
-        keys = [self._hold_keys(g) for g in refs]
-        chunks = self._per_slot(range(len(refs)), lambda i: self._slot(keys[i][0]))
-        commands: list[Command] = [
-            ("MGET", *(k for i in chunk for k in keys[i])) for chunk in chunks
-        ]
-        self._hold_cache = (refs, chunks, commands)
-        return chunks, commands
+        """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined), built
+        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`)."""
+        holds, wanted = tuple(groups), holder.encode()
+        check = self._hold_check
+        if check is None or not check.fits(holds, wanted):
+            check = self._hold_check = hold_check.build(
+                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster
+            )
+        if not check.chunks:
+            return set()
+        if self._cluster:  # (a Cluster pipeline routes each MGET to its slot's node)
+            replies = await self._pipeline(check.commands, "check_holds")
+        else:
+            replies = await self._calls.packed(check.packed, len(check.chunks), "check_holds")
+        return check.lost(replies)
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
-        """The holder and epoch keys of ``group``, cached: a worker checks all its groups
-        several times a second, and spelling the keys costs more than reading them."""
-        keys = self._holder_keys.get(group)
-        if keys is None:
-            if len(self._holder_keys) >= KEY_CACHE_MAX:
-                self._holder_keys.clear()
-            keys = self._holder_keys[group] = (self._keys.holder(group), self._keys.epoch(group))
-        return keys
+        """The holder and epoch keys of ``group`` (spelled only when a hold check is built)."""
+        return self._keys.holder(group), self._keys.epoch(group)
 
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         return (await self.read_checkpoints([queue]))[0]

@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import math
+import sys
 from collections import Counter
 
 from hypothesis import given, settings
@@ -334,3 +335,17 @@ def test_restamp_by_bisection_moves_the_grant_deque_remove_moved(
             assert fast.restamp(old, t) == slow.restamp(old, t)
         assert list(fast._log) == list(slow._log)
         assert fast.available(t) == slow.available(t)
+
+
+def test_idle_counters_share_one_empty_log_until_their_first_grant() -> None:
+    # A worker owning thousands of idle groups: no 760-byte deque per group that never granted.
+    a, b = QpsCounter(3, extra=2), QpsCounter(3, extra=2)  # a burst of 3
+    now = 1_700_000_000.0
+    assert a.wait_s(now) == 0.0 and a.available(now) == 3 and b.available(now) == 3
+    a.rollback(2, now)  # nothing granted: nothing to undo
+    a.available(now - 5)  # the clock stepped back: the shared log is cleared, still empty
+    assert sys.getsizeof(a) + sys.getsizeof(b) < 200 and a.available(now) == 3
+    assert a.reserve(3, now) == 3
+    assert a.available(now + 0.5) == 1 and b.available(now + 0.5) == 3  # a's log is its own
+    assert b.reserve(1, now + 0.5) == 1 and b.restamp(now + 0.5, now + 0.6)
+    assert QpsCounter(3, extra=2).reserve(5, now) == 3  # a new counter's log is empty still
