@@ -50,6 +50,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = endpoints.run(args.duration_s or 30.0)
         print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
         return 0 if doc["pass"] else 1
+    if args.name == "peers":  # issue 14: EMQ against BullMQ (emq.bench.peers)
+        from emq.bench import peers
+
+        doc = peers.run(args.duration_s or 5.0, say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else peers.summary(doc))
+        return 0
     if args.name == "push-clients":  # issue 14: the push path's HTTP client candidates
         from emq.bench import push_clients
 
@@ -164,6 +170,7 @@ def add_commands(sub: Subparsers) -> None:
             "replay",
             "endpoints",
             "push-clients",
+            "peers",
             "tenant-quota",
             "signals",
             "all",
