@@ -11,10 +11,10 @@ The two sides, each one process measured on its own:
 * **EMQ**: one worker process (:mod:`emq.bench.worker_proc`: wired as ``emq worker
   --standalone`` with the default HTTP client, topics from memory instead of ZooKeeper);
 * **BullMQ**: one Node process (``peers_bullmq.mjs``, shipped beside this module) with a
-  ``Worker`` per queue whose processor POSTs the job's body with Node's ``fetch`` (undici,
-  keep-alive), jobs added beforehand with ``addBulk`` to db 1 of the same Redis; BullMQ is
-  installed once with npm into :data:`CACHE`. It runs at each of :data:`CONCURRENCIES` (per
-  Worker) and the best run counts.
+  ``Worker`` per queue whose processor POSTs the job's body with Node's ``fetch`` or with
+  undici's leaner ``request()`` (both keep-alive), jobs added beforehand with ``addBulk`` to db 1
+  of the same Redis; BullMQ and undici are installed once with npm into :data:`CACHE`. It runs
+  with each client and concurrency (per Worker) of :data:`BULLMQ_RUNS`; the best run counts.
 
 Per run: jobs/s from the first to the last arrival at the sink, the process's CPU (``/proc``)
 from when it was told to start to when the sink had every job, CPU seconds per 1000 jobs and jobs
@@ -43,11 +43,11 @@ from emq.core.job import Job
 from emq.core.model import Envelope, Namespace, Priority, TopicRef
 
 CACHE = Path.home() / ".cache" / "emq-bench-peers"
-BULLMQ = "bullmq@5"
+NPM_PACKAGES = ("bullmq@5", "undici@6")
 SCRIPT = Path(__file__).with_name("peers_bullmq.mjs")
 TENANTS = 10
 QPS = 5_000  # per topic: 10 topics x 5 000/s, far above one worker process
-CONCURRENCIES = (8, 32, 128)
+BULLMQ_RUNS = (("fetch", 8), ("fetch", 32), ("undici", 8), ("undici", 32), ("undici", 128))
 TARGET = 1.5  # EMQ's jobs per CPU-second over BullMQ's (issue 14)
 JOBS_PER_TENANT_PER_S = 500  # --duration-s 5: 2 500 jobs per tenant, 25 000 a run
 
@@ -102,35 +102,41 @@ def compare(emq: dict[str, Any], bullmq: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------- BullMQ install
 
 
-def bullmq_version(cache: Path = CACHE) -> str | None:
-    """The installed BullMQ's version in ``cache``, or None."""
+def npm_version(cache: Path = CACHE, package: str = "bullmq") -> str | None:
+    """The version of ``package`` installed in ``cache``, or None."""
     try:
-        meta = json.loads((cache / "node_modules" / "bullmq" / "package.json").read_text())
+        meta = json.loads((cache / "node_modules" / package / "package.json").read_text())
     except (OSError, ValueError):
         return None
     return str(meta["version"])
 
 
-def install_bullmq(say: Callable[[str], None], cache: Path = CACHE) -> str:
-    """BullMQ's version, installing it into ``cache`` first if needed (npm, once)."""
+def _versions(cache: Path) -> dict[str, str] | None:
+    found = {p.split("@")[0]: npm_version(cache, p.split("@")[0]) for p in NPM_PACKAGES}
+    return None if None in found.values() else {k: str(v) for k, v in found.items()}
+
+
+def install_bullmq(say: Callable[[str], None], cache: Path = CACHE) -> dict[str, str]:
+    """The versions of BullMQ and undici, installing them into ``cache`` first if needed
+    (npm, once)."""
     for tool in ("node", "npm"):
         if shutil.which(tool) is None:
             raise EmqError(f"{tool} is not on PATH: BullMQ's side needs Node.js and npm")
-    version = bullmq_version(cache)
-    if version is not None:
-        return version
-    say(f"installing {BULLMQ} into {cache} (once)")
+    versions = _versions(cache)
+    if versions is not None:
+        return versions
+    say(f"installing {' '.join(NPM_PACKAGES)} into {cache} (once)")
     cache.mkdir(parents=True, exist_ok=True)
     if not (cache / "package.json").exists():
         (cache / "package.json").write_text('{"name": "emq-bench-peers", "private": true}\n')
     done = subprocess.run(
-        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache), BULLMQ],
+        ["npm", "install", "--no-audit", "--no-fund", "--prefix", str(cache), *NPM_PACKAGES],
         capture_output=True, text=True, timeout=600, check=False,
     )  # fmt: skip
-    version = bullmq_version(cache)
-    if done.returncode != 0 or version is None:
-        raise EmqError(f"npm install {BULLMQ} failed: {done.stderr.strip()[-500:]}")
-    return version
+    versions = _versions(cache)
+    if done.returncode != 0 or versions is None:
+        raise EmqError(f"npm install {' '.join(NPM_PACKAGES)} failed: {done.stderr[-500:]}")
+    return versions
 
 
 # --------------------------------------------------------------------------- the runs
@@ -194,13 +200,13 @@ async def _bullmq_load(h: Harness, redis_url: str, per_tenant: int) -> int:
     return int(json.loads(out)["added"])
 
 
-async def bullmq_run(h: Harness, per_tenant: int, concurrency: int) -> dict[str, Any]:
+async def bullmq_run(h: Harness, per_tenant: int, client: str, concurrency: int) -> dict[str, Any]:
     """One Node process with a BullMQ Worker per queue delivers the preloaded jobs."""
     await h.redis_client.flushall()
     await h.sink_call("/_reset")
     redis_url = f"redis://{h.redis.address}/1"
     jobs = await _bullmq_load(h, redis_url, per_tenant)
-    proc = await _node("work", str(CACHE), redis_url, str(TENANTS), str(concurrency),
+    proc = await _node("work", str(CACHE), redis_url, str(TENANTS), str(concurrency), client,
                        stdin=asyncio.subprocess.PIPE)  # fmt: skip
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
     try:
@@ -222,7 +228,8 @@ async def bullmq_run(h: Harness, per_tenant: int, concurrency: int) -> dict[str,
                 proc.kill()
                 await proc.wait()
     span = await _sink_span(h, jobs)
-    return {**figures(jobs, span, used["bullmq"]), "concurrency_per_worker": concurrency}
+    return {**figures(jobs, span, used["bullmq"]), "client": client,
+            "concurrency_per_worker": concurrency}  # fmt: skip
 
 
 async def _wait_sink(h: Harness, jobs: int, timeout_s: float) -> None:
@@ -238,7 +245,7 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
     doc: dict[str, Any] = {"bench": "peers", "tenants": TENANTS, "jobs_per_tenant": per_tenant,
                            "body_bytes": len(BODY), "emq_topic_qps": QPS}  # fmt: skip
     try:
-        doc["bullmq_version"] = install_bullmq(say)
+        doc["npm_versions"] = install_bullmq(say)
     except (EmqError, OSError, subprocess.TimeoutExpired) as e:
         doc["bullmq_error"] = str(e)
     with tempfile.TemporaryDirectory(prefix="emq-bench-peers-") as tmp:
@@ -247,12 +254,14 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
             emq_runs = [await emq_run(h, per_tenant)]
             say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
             bull_runs: list[dict[str, Any]] = []
-            for c in CONCURRENCIES if "bullmq_version" in doc else ():
+            for client, c in BULLMQ_RUNS if "npm_versions" in doc else ():
                 try:
-                    bull_runs.append(await bullmq_run(h, per_tenant, c))
+                    bull_runs.append(await bullmq_run(h, per_tenant, client, c))
                 except EmqError as e:
-                    bull_runs.append({"concurrency_per_worker": c, "error": str(e)})
-                say(f"bullmq concurrency {c}: {bull_runs[-1].get('jobs_per_s', 'failed')}")
+                    bull_runs.append({"client": client, "concurrency_per_worker": c,
+                                      "error": str(e)})  # fmt: skip
+                got = bull_runs[-1].get("jobs_per_s", "failed")
+                say(f"bullmq {client} concurrency {c}: {got} jobs/s")
             emq_runs.append(await emq_run(h, per_tenant))
             say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
     doc["emq"] = best(emq_runs)
@@ -278,11 +287,13 @@ def summary(doc: dict[str, Any]) -> str:
     lines = [f"{doc['tenants']} tenants x {doc['jobs_per_tenant']} jobs, {doc['body_bytes']} B"]
     rows = [("EMQ", doc["emq"])]
     if "bullmq" in doc:
-        name = f"BullMQ {doc['bullmq_version']} (c={doc['bullmq']['concurrency_per_worker']})"
+        b = doc["bullmq"]
+        version = doc["npm_versions"]["bullmq"]
+        name = f"BullMQ {version} ({b['client']} c={b['concurrency_per_worker']})"
         rows.append((name, doc["bullmq"]))
     for name, r in rows:
         lines.append(
-            f"{name:<22} {r['jobs_per_s']:>9} jobs/s  {r['cpu_s_per_1000_jobs']:.3f} CPU-s/1000 "
+            f"{name:<28} {r['jobs_per_s']:>9} jobs/s  {r['cpu_s_per_1000_jobs']:.3f} CPU-s/1000 "
             f"jobs  {r['jobs_per_cpu_s']:>9} jobs/CPU-s"
         )
     if "emq_over_bullmq" in doc:

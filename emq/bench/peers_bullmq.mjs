@@ -1,14 +1,16 @@
 // BullMQ's side of `emq bench peers` (emq/bench/peers.py runs it; see that module's docstring).
 //
 //   node peers_bullmq.mjs load  BULLMQ_DIR REDIS_URL QUEUES JOBS_PER_QUEUE SINK_BASE BODY
-//   node peers_bullmq.mjs work  BULLMQ_DIR REDIS_URL QUEUES CONCURRENCY
+//   node peers_bullmq.mjs work  BULLMQ_DIR REDIS_URL QUEUES CONCURRENCY [fetch|undici]
 //
 // load: addBulk JOBS_PER_QUEUE jobs to each of QUEUES queues (peers-0 .. peers-<QUEUES-1>), each
 //   job {url, body}: a POST of BODY to SINK_BASE/t/peers-<i>; prints {"added": N}.
 // work: one Worker per queue with CONCURRENCY, created with autorun off; prints "ready" and starts
 //   them when a line arrives on stdin (the benchmark starts its CPU meter in between), so that
-//   what is measured is the delivering, not Node's start-up. Runs until SIGTERM.
-// bullmq is loaded from BULLMQ_DIR/node_modules (a cache outside the repository), not from here.
+//   what is measured is the delivering, not Node's start-up. Runs until SIGTERM. The processor
+//   POSTs with Node's global fetch (undici's fetch) or with undici's request() (its lean API);
+//   keep-alive connections pooled per origin either way.
+// bullmq (and undici) are loaded from BULLMQ_DIR/node_modules (a cache outside the repository), not from here.
 
 import { createRequire } from 'node:module';
 import path from 'node:path';
@@ -47,7 +49,7 @@ async function load(perQueue, sinkBase, body) {
   process.stdout.write(JSON.stringify({ added }) + '\n');
 }
 
-async function push(job) {
+async function pushFetch(job) {
   // Node's fetch (undici): keep-alive connections pooled per origin.
   const res = await fetch(job.data.url, {
     method: 'POST',
@@ -58,7 +60,23 @@ async function push(job) {
   if (res.status >= 300) throw new Error(`status ${res.status}`);
 }
 
-async function work(concurrency) {
+function pushUndici() {
+  const { Agent, request } = require('undici');
+  const dispatcher = new Agent({ keepAliveTimeout: 30_000 });
+  return async (job) => {
+    const res = await request(job.data.url, {
+      method: 'POST',
+      headers: { 'content-type': 'application/json' },
+      body: job.data.body,
+      dispatcher,
+    });
+    await res.body.arrayBuffer();
+    if (res.statusCode >= 300) throw new Error(`status ${res.statusCode}`);
+  };
+}
+
+async function work(concurrency, client) {
+  const push = client === 'undici' ? pushUndici() : pushFetch;
   const workers = names.map(
     (name) => new Worker(name, push, { connection, concurrency, autorun: false }),
   );
@@ -79,7 +97,7 @@ if (mode === 'load') {
   await load(Number(arg), sinkBase, body);
   process.exit(0);
 } else if (mode === 'work') {
-  await work(Number(arg));
+  await work(Number(arg), process.argv[7] || 'fetch');
 } else {
   process.stderr.write(`unknown mode ${mode}\n`);
   process.exit(2);
