@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from capacity import group_count
-from emq.bench.harness import HEADERS, CpuMeter, Harness, preload, stopping
+from emq.bench.harness import HEADERS, Contention, CpuMeter, Harness, preload, stopping
 from emq.bench.machine import describe
 from emq.bench.workloads import start_worker
 from emq.core.errors import EmqError
@@ -91,8 +91,12 @@ def best(runs: Iterable[dict[str, Any]]) -> dict[str, Any]:
 def compare(emq: dict[str, Any], bullmq: dict[str, Any]) -> dict[str, Any]:
     """EMQ over BullMQ: jobs per CPU-second (the target) and jobs/s."""
     per_core = emq["jobs_per_cpu_s"] / bullmq["jobs_per_cpu_s"]
+    with_redis = emq.get("jobs_per_cpu_s_with_redis", 0) / bullmq.get(
+        "jobs_per_cpu_s_with_redis", 1
+    )
     return {
         "jobs_per_core_ratio": round(per_core, 3),
+        "jobs_per_core_with_redis_ratio": round(with_redis, 3),
         "jobs_per_s_ratio": round(emq["jobs_per_s"] / bullmq["jobs_per_s"], 3),
         "target": f">= {TARGET:g}",
         "pass": per_core >= TARGET,
@@ -159,6 +163,19 @@ def _items(h: Harness, per_tenant: int) -> Iterable[PutItem]:
             yield PutItem(queue, job_id, Envelope(job_id, job, stamp).encode())
 
 
+def _servers(h: Harness) -> dict[str, int]:
+    return {"redis": h.redis_pid, "sink": h.sink_pid}
+
+
+def server_share(used: dict[str, float], jobs: int) -> dict[str, float]:
+    """What Redis and the sink spent per 1000 jobs meanwhile (not in the ratio: BullMQ does
+    more of its work in Redis's Lua scripts, which this shows)."""
+    out = {f"{k}_cpu_s_per_1000_jobs": round(1000 * used[k] / jobs, 4) for k in ("redis", "sink")}
+    own = next(v for k, v in used.items() if k not in ("redis", "sink", "wall_s"))
+    out["jobs_per_cpu_s_with_redis"] = round(jobs / max(1e-9, own + used["redis"]), 1)
+    return out
+
+
 async def _sink_span(h: Harness, jobs: int) -> float:
     stats = await h.sink_call("/_stats")
     if stats["requests"] < jobs:
@@ -176,12 +193,16 @@ async def emq_run(h: Harness, per_tenant: int) -> dict[str, Any]:
     ]
     worker = await start_worker(h, "peers-emq", {"topics": topics})
     with stopping(worker):
-        meter = CpuMeter({"worker": worker.pid}).start()
+        meter = CpuMeter({"worker": worker.pid, **_servers(h)}).start()
         worker.load_topics()
         status = await worker.wait_for("delivered", jobs, timeout_s=60 + jobs / 500, every_s=0.1)
         used = meter.read()
     span = await _sink_span(h, jobs)
-    return {**figures(jobs, span, used["worker"]), "failed": status["failed"]}
+    return {
+        **figures(jobs, span, used["worker"]),
+        **server_share(used, jobs),
+        "failed": status["failed"],
+    }
 
 
 async def _node(*args: str, stdin: int | None = None) -> asyncio.subprocess.Process:
@@ -214,7 +235,7 @@ async def bullmq_run(h: Harness, per_tenant: int, client: str, concurrency: int)
         if line.strip() != b"ready":
             err = await proc.stderr.read()
             raise EmqError(f"BullMQ's worker did not start: {err.decode()[-500:]}")
-        meter = CpuMeter({"bullmq": proc.pid}).start()
+        meter = CpuMeter({"bullmq": proc.pid, **_servers(h)}).start()
         proc.stdin.write(b"go\n")
         await proc.stdin.drain()
         await _wait_sink(h, jobs, 60 + jobs / 500)
@@ -228,7 +249,7 @@ async def bullmq_run(h: Harness, per_tenant: int, client: str, concurrency: int)
                 proc.kill()
                 await proc.wait()
     span = await _sink_span(h, jobs)
-    return {**figures(jobs, span, used["bullmq"]), "client": client,
+    return {**figures(jobs, span, used["bullmq"]), **server_share(used, jobs), "client": client,
             "concurrency_per_worker": concurrency}  # fmt: skip
 
 
@@ -250,6 +271,7 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
         doc["bullmq_error"] = str(e)
     with tempfile.TemporaryDirectory(prefix="emq-bench-peers-") as tmp:
         async with Harness.running(Path(tmp)) as h:
+            contention = Contention(h.sink_pid, h.redis_pid).start()
             # EMQ runs before and after BullMQ: what else the shared machine runs weighs on both.
             emq_runs = [await emq_run(h, per_tenant)]
             say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
@@ -264,6 +286,7 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
                 say(f"bullmq {client} concurrency {c}: {got} jobs/s")
             emq_runs.append(await emq_run(h, per_tenant))
             say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
+            doc["contention"] = contention.read()
     doc["emq"] = best(emq_runs)
     doc["emq_runs"] = emq_runs
     doc["bullmq_runs"] = bull_runs
@@ -294,7 +317,8 @@ def summary(doc: dict[str, Any]) -> str:
     for name, r in rows:
         lines.append(
             f"{name:<28} {r['jobs_per_s']:>9} jobs/s  {r['cpu_s_per_1000_jobs']:.3f} CPU-s/1000 "
-            f"jobs  {r['jobs_per_cpu_s']:>9} jobs/CPU-s"
+            f"jobs  {r['jobs_per_cpu_s']:>9} jobs/CPU-s  (Redis "
+            f"{r.get('redis_cpu_s_per_1000_jobs', '?')} CPU-s/1000 jobs)"
         )
     if "emq_over_bullmq" in doc:
         c = doc["emq_over_bullmq"]
