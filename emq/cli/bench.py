@@ -185,7 +185,7 @@ def add_commands(sub: Subparsers) -> None:
         default=None,
         help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
         "hanging window, Redis load; the trials' own defaults if not given); promises: the "
-        "length of each seed's run (30)",
+        "length of each seed's run (30); peers: 500 jobs per tenant per second of it (5)",
     )
     bench.add_argument(
         "--seeds",
