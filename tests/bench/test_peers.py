@@ -55,6 +55,9 @@ def test_the_best_run_is_the_fastest_that_did_not_fail() -> None:
         {"jobs_per_s": 1200.0, "concurrency_per_worker": 128},
     ]
     assert peers.best(runs)["concurrency_per_worker"] == 128
+    for r, cpu_rate in zip(runs[::2], (3000.0, 2500.0), strict=True):
+        r["jobs_per_cpu_s"] = cpu_rate
+    assert peers.leanest_ratio({"jobs_per_cpu_s": 9000.0}, runs) == 3.0  # c=8: the leanest
     with pytest.raises(EmqError, match="no run succeeded"):
         peers.best([runs[1]])
 
