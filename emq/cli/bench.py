@@ -50,6 +50,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = endpoints.run(args.duration_s or 30.0)
         print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
         return 0 if doc["pass"] else 1
+    if args.name == "peers":  # issue 14: EMQ against BullMQ (emq.bench.peers)
+        from emq.bench import peers
+
+        doc = peers.run(args.duration_s or 5.0, say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else peers.summary(doc))
+        return 0
     if args.name == "push-clients":  # issue 14: the push path's HTTP client candidates
         from emq.bench import push_clients
 
@@ -164,6 +170,7 @@ def add_commands(sub: Subparsers) -> None:
             "replay",
             "endpoints",
             "push-clients",
+            "peers",
             "tenant-quota",
             "signals",
             "all",
@@ -178,7 +185,7 @@ def add_commands(sub: Subparsers) -> None:
         default=None,
         help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
         "hanging window, Redis load; the trials' own defaults if not given); promises: the "
-        "length of each seed's run (30)",
+        "length of each seed's run (30); peers: 500 jobs per tenant per second of it (5)",
     )
     bench.add_argument(
         "--seeds",
