@@ -67,20 +67,25 @@ class Committer:
 
     async def checkpoint(self) -> None:
         """Write the committable offset of every queue that moved (one round trip)."""
-        if self._before_checkpoint is not None:
-            await self._before_checkpoint()
         groups = {g for g in self.dirty if not g.dropped}
         self.dirty.clear()
         await self.write_checkpoints(list(groups))
 
     async def write_checkpoints(self, groups: list[GroupState]) -> None:
-        """Write the checkpoints of ``groups`` (a release writes its group's at once)."""
+        """Write the checkpoints of ``groups`` (a release writes its group's at once).
+
+        The offsets are taken first, then the job records are written, then the offsets: a
+        checkpoint never passes a job whose record is not written yet. (Taken after the records'
+        write, they would include the jobs that finished during it, whose records wait for the
+        next one: their entries trimmed meanwhile, the job status API found neither.)"""
         items = []
         for g in groups:
             for q, p in g.progress.items():
                 if p.committable() is not None:
                     self._moved[q] = g
                 items.append((q, p.committed, g.epoch))  # an unmoved offset is a no-op write
+        if self._before_checkpoint is not None:
+            await self._before_checkpoint()
         if not items:
             return
         try:
