@@ -41,6 +41,19 @@ sustained rate stays ``qps`` and the extra jobs come back only while the group s
 its quota. Any window of ``window_s`` holds at most ``qps + extra`` grants (the same argument as
 above with ``qps + extra`` in the log). ``extra = 0`` is exactly the counter without a burst.
 
+**Back-dating** (``back_s``, the worker's LATE_S): a grant may be stamped up to ``back_s`` before
+the time it is made, and :meth:`QpsCounter.restamp` moves a late grant to ``back_s`` before its
+send, never earlier than the log allows: a grant stamped ``t`` needs the grant ``qps + extra``
+before it to be a window older than ``t``, as if it had been made at ``t``. So every window still
+holds at most ``qps + extra`` stamps, and each stamp lies at most ``back_s`` before its job's send
+(the caller's rule: a job is sent at most ``back_s`` after its stamp, else restamped). What it
+buys: a backlogged group's log is self-clocked (a grant waits for the one ``qps`` before it to
+leave the window), so a dispatcher late by ``d`` to a freed grant used to lose ``d`` for good,
+every window; now only what passes ``back_s`` is lost. (Only such grants are back-dated: a group
+with room to spare stamps ``now``.) The receiver's bound is unchanged: it sees
+sends at most ``back_s`` after their stamps, as before. The stamps a window old leave the log; the
+newest of them is kept (``_gone``) to bound the grant ``qps + extra`` back of a new one.
+
 Time is wall-clock seconds (windows align with receivers'). A clock that steps back by more than
 a window empties the log (stamps from the "future" would otherwise stall the group until the
 clock catches up); a smaller step back is treated as no time passing.
@@ -55,21 +68,43 @@ from collections import deque
 EPSILON = 1e-9  # tokens accrue in floats: 0.9999999999 of a token is one
 
 
+# A grant is back-dated only if the log held the group back this recently (see _stamp_for).
+HELD_LATELY_S = 0.1
+
 _NO_LOG: deque[float] = deque(maxlen=0)  # the log of every counter that never granted
 
 
 class QpsCounter:
     """One group's budget. ``now`` is wall-clock seconds."""
 
-    __slots__ = ("_log", "_stamp", "_tokens", "burst_s", "extra", "qps", "window_s")
+    # How far before it is made a grant may be stamped (see "Back-dating"); a class attribute
+    # (a subclass sets it): a worker holds one counter per group, thousands of them idle.
+    back_s = 0.0
+
+    __slots__ = (
+        "_gone",
+        "_log",
+        "_stamp",
+        "_tokens",
+        "burst_s",
+        "extra",
+        "qps",
+        "window_s",
+    )
 
     def __init__(
-        self, qps: int, *, burst_s: float = 0.03, window_s: float = 1.0, extra: int = 0
+        self,
+        qps: int,
+        *,
+        burst_s: float = 0.03,
+        window_s: float = 1.0,
+        extra: int = 0,
     ) -> None:
         self.qps = qps
         self.extra = extra  # jobs above the steady pace after idle (see "Burst")
         self.burst_s = burst_s
         self.window_s = window_s
+        self._gone = -math.inf  # the newest stamp that left the log
         # Stamps of the last (up to) qps grants, oldest first. A deque costs 760 bytes even
         # empty: a worker owning thousands of idle groups shares one that stays empty (maxlen 0)
         # until a group's first grant.
@@ -89,6 +124,7 @@ class QpsCounter:
         elif now < stamp:  # the wall clock stepped back
             if stamp - now > self.window_s:
                 self._log.clear()
+                self._gone = -math.inf
             else:
                 now = stamp
         else:
@@ -101,8 +137,22 @@ class QpsCounter:
         log, most = self._log, self.qps + self.extra
         limit = now - self.window_s  # (no epsilon: the bound is exact, rounding only delays)
         while log and (log[0] <= limit or len(log) > most):  # (more: quota lowered)
-            log.popleft()
+            self._gone = log.popleft()  # (the log is sorted: the newest gone so far)
         return most - len(log)
+
+    def _stamp_for(self, now: float) -> float:
+        """The stamp of a grant made at ``now`` (see "Back-dating"): when the log held grants
+        back until lately (its newest stamp gone, ``_gone``, left the window less than
+        HELD_LATELY_S ago), as early as allowed: ``back_s`` before ``now``, not before the
+        grant was free (a window after ``_gone``) nor before the newest stamp (the log stays
+        sorted). Else ``now``: a grant made with room to spare would only be moved again at
+        its send (Worker._reserve_again), for nothing."""
+        free_at = self._gone + self.window_s
+        if now - HELD_LATELY_S < free_at < now:
+            log = self._log
+            stamp = max(free_at, now - self.back_s)
+            return max(stamp, log[-1]) if log else stamp
+        return now
 
     def available(self, now: float) -> int:
         """What :meth:`reserve` would grant right now."""
@@ -135,9 +185,14 @@ class QpsCounter:
         if grant > 0:
             if self._log is _NO_LOG:
                 self._log = deque()
-            self._log.extend([now] * grant)
+            self._log.extend([self._stamp_for(now)] * grant)
             self._tokens -= grant
         return grant
+
+    @property
+    def newest(self) -> float:
+        """The stamp of the grants :meth:`reserve` just made (the newest in the log)."""
+        return self._log[-1]
 
     def rollback(self, unused: int, now: float) -> None:
         """Undo the ``unused`` most recent grants (``now`` is unused: kept for the callers)."""
@@ -148,26 +203,32 @@ class QpsCounter:
             self._log.pop()
         self._tokens = min(self.burst, self._tokens + unused)
 
-    def restamp(self, granted_at: float, now: float) -> bool:
-        """A grant made at ``granted_at`` is used only now (its job waited for a sender): move
-        its stamp to ``now``, so the log counts it where the receiver sees it. Always possible
-        while the old stamp is in the last window (every window holding ``now`` held it too),
-        and free (no token: it was paid); a grant older than a window is gone from the log,
-        and this is a new :meth:`reserve` of one. False: no budget now."""
+    def restamp(self, granted_at: float, now: float) -> float | None:
+        """A grant stamped ``granted_at`` is used only now (its job waited for a sender): move
+        its stamp to ``now`` (less ``back_s``, not before ``granted_at``), so the log counts it
+        where the receiver sees it; returns the new stamp. Always possible while the old stamp
+        is in the last window (every window holding the new stamp and ending by ``now`` held
+        the old one too), and free (no token: it was paid); a grant older than a window is gone
+        from the log, and this is a new :meth:`reserve` of one. None: no budget now."""
         now = self._advance(now)
         self._log_room(now)  # (drops stamps a window old)
         log = self._log
         if log and log[0] <= granted_at <= log[-1]:
             # The log is sorted (stamps go on at the right, at the latest time; quiet() builds
-            # it in order), so the grant is found by bisection: log.remove compared it with
-            # every older stamp, up to qps of them, for most jobs of a busy worker. Equal
-            # stamps sit together: removing the last of them leaves the same log.
+            # it in order; a moved stamp is put in its place), so the grant is found by
+            # bisection: log.remove compared it with every older stamp, up to qps of them, for
+            # most jobs of a busy worker. Equal stamps sit together: removing the last of them
+            # leaves the same log.
             i = bisect_right(log, granted_at) - 1
             if log[i] == granted_at:
                 del log[i]
-                log.append(now)
-                return True
-        return self.reserve(1, now) == 1
+                stamp = max(granted_at, now - self.back_s)
+                if not log or stamp >= log[-1]:
+                    log.append(stamp)
+                else:
+                    log.insert(bisect_right(log, stamp), stamp)
+                return stamp
+        return self._log[-1] if self.reserve(1, now) else None
 
     def quiet(self, now: float) -> None:
         """Count the last window as the former owner's worst case (see "Handover" in the module

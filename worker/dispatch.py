@@ -206,6 +206,7 @@ class Dispatcher:
     ) -> int:
         buffers = group.buffers
         assert buffers is not None  # _serve takes only from a group with jobs
+        stamp = (lent_by or group).counter.newest  # (the stamp of the grants just made)
         available = [len(b) for b in buffers]
         if group.planner is None:
             plan = plan_strict(budget, available)
@@ -235,7 +236,7 @@ class Dispatcher:
                         if len(held) >= HELD_SCAN:
                             break  # (and no carry: jobs of this priority may wait behind)
                     continue  # parked behind its key's job in flight
-                item.reserved_at = wall  # a sender that takes it late moves its stamp
+                item.reserved_at = stamp  # a sender that takes it late moves its stamp
                 item.lent_by = lent_by
                 self._send(group, item)
                 n -= 1
@@ -270,6 +271,7 @@ class Dispatcher:
             return False
         if not group.counter.reserve(1, wall):
             return False
+        stamp = group.counter.newest
         key = item.key
         if key is not None and not self._admit(group, key, item, priority_index(item.queue)):
             group.counter.rollback(1, wall)
@@ -277,7 +279,7 @@ class Dispatcher:
                 group.budget.used -= len(item.payload)  # (put_back counts it again)
                 group.put_back(item)
             return True  # (parked behind its key's job in flight: the key lines have it)
-        item.reserved_at = wall
+        item.reserved_at = stamp
         self._send(group, item)
         return True
 
@@ -324,7 +326,7 @@ class Dispatcher:
             return False  # (its wake comes when the counter can grant: see _delay)
         assert item.key is not None
         lines.admit(item.key, item, rank)  # (the key's next: admitted, now in flight)
-        item.reserved_at = wall
+        item.reserved_at = group.counter.newest
         claim(group, item)
         return True
 

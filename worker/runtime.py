@@ -47,7 +47,7 @@ from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
 from worker.endpoints import follow
 from worker.fetch import Fetcher
-from worker.groups import Buffered, GroupState, TopicState
+from worker.groups import LATE_S, Buffered, GroupState, TopicState
 from worker.history import HistoryRecorder
 from worker.holds import Holds
 from worker.joblog import JobLog
@@ -62,9 +62,6 @@ from worker.tenant_quota import TenantQuota
 
 log = logging.getLogger(__name__)
 
-# A job sent more than this after its quota was reserved has its grant moved to its send time
-# (see _reserve_again): a receiver's window may see at most qps * LATE_S sends over the quota.
-LATE_S = 0.005
 MIN_HANDOFF = 128  # jobs the dispatcher may leave waiting for a sender, at least
 
 CANCEL_AGAIN_S = 0.5  # a task still running this long after a cancel is cancelled again
@@ -440,7 +437,7 @@ class Worker:
         now = time.time()
         item.lent_by = None
         if group.counter.reserve(1, now):
-            item.reserved_at = now
+            item.reserved_at = group.counter.newest
             return True
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())
@@ -454,8 +451,9 @@ class Worker:
         loop's speed (a receiver counting any 1000 ms would see it)."""
         lender = item.lent_by  # (a sibling's grant: worker.lending)
         counter = lender.counter if lender is not None else group.counter
-        if counter.restamp(item.reserved_at, now):
-            item.reserved_at = now
+        stamp = counter.restamp(item.reserved_at, now)
+        if stamp is not None:
+            item.reserved_at = stamp
             return True
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())

@@ -286,7 +286,7 @@ def test_a_handover_keeps_every_window_within_the_quota(
 class _RemovingCounter(QpsCounter):
     """The restamp before it bisected: ``deque.remove`` of the grant (the reference)."""
 
-    def restamp(self, granted_at: float, now: float) -> bool:
+    def restamp(self, granted_at: float, now: float) -> float | None:
         now = self._advance(now)
         self._log_room(now)
         log = self._log
@@ -297,8 +297,8 @@ class _RemovingCounter(QpsCounter):
                 pass
             else:
                 log.append(now)
-                return True
-        return self.reserve(1, now) == 1
+                return now
+        return self._log[-1] if self.reserve(1, now) else None
 
 
 @settings(max_examples=300, deadline=None)
@@ -349,3 +349,90 @@ def test_idle_counters_share_one_empty_log_until_their_first_grant() -> None:
     assert a.available(now + 0.5) == 1 and b.available(now + 0.5) == 3  # a's log is its own
     assert b.reserve(1, now + 0.5) == 1 and b.restamp(now + 0.5, now + 0.6)
     assert QpsCounter(3, extra=2).reserve(5, now) == 3  # a new counter's log is empty still
+
+
+# --------------------------------------------------------------------------- back-dating
+
+
+class _BackDated(QpsCounter):
+    __slots__ = ()
+    back_s = 0.005
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    qps=st.integers(1, 40),
+    extra=st.integers(0, 5),
+    quiet_first=st.booleans(),
+    steps=st.lists(
+        st.tuples(st.floats(0, 0.4), st.integers(0, 30), st.integers(0, 30), st.integers(0, 5)),
+        min_size=1,
+        max_size=100,
+    ),
+)
+def test_back_dated_grants_keep_every_window_and_stay_near_their_sends(
+    qps: int, extra: int, quiet_first: bool, steps: list[tuple[float, int, int, int]]
+) -> None:
+    """Grants stamped up to back_s before they are made, rolled back, moved to a later send
+    (restamp): the stamps never put more than qps + extra in any window, and each lies at most
+    back_s before the time it was made or moved, never after it."""
+    c = _BackDated(qps, burst_s=0.5, extra=extra)
+    t = 1_700_000_000.25
+    if quiet_first:
+        c.quiet(t)
+    stamps: list[float] = list(c._log)  # every stamp that counts, gone from the log or not
+    for dt, want, back, move in steps:
+        t += dt
+        granted = c.reserve(want, t)
+        if granted:
+            assert t - c.back_s <= c.newest <= t
+            stamps += [c.newest] * granted
+        back = min(back, granted)  # (the dispatcher rolls back in the same tick)
+        c.rollback(back, t)
+        del stamps[len(stamps) - back :]
+        for old in sorted(set(s for s in c._log if s > t - c.window_s))[:move]:
+            stamps.remove(old)
+            moved = c.restamp(old, t)
+            if moved is not None:
+                assert max(old, t - c.back_s) <= moved <= t
+                stamps.append(moved)
+        stamps.sort()
+        assert sorted(c._log) == list(c._log)  # (restamp's bisection needs it sorted)
+    assert _grants_in_any_window(stamps, c.window_s) <= qps + extra
+
+
+def _served_late(counter: QpsCounter, late_s: float, seconds: float) -> int:
+    """Grants of a backlogged group looked at ``late_s`` after its counter can grant."""
+    t, sends = 1_700_000_000.0, 0
+    end = t + seconds
+    while t < end:
+        sends += counter.reserve(10_000, t)
+        t += max(0.0005, counter.wait_s(t)) + late_s
+    return sends
+
+
+def test_a_dispatcher_late_by_less_than_back_s_loses_nothing() -> None:
+    # The log is self-clocked: a grant waits for the one qps before it to leave the window, so
+    # a dispatcher 4 ms late to every freed grant lost 4 ms a window for good (150 QPS, 60 s:
+    # 150 * 60 / 1.009 = 8 920 and the first burst); stamped back to when the grant was free,
+    # nothing is lost (150 * 60 / 1.005 = 8 955).
+    burst = QpsCounter(150).burst
+    plain = _served_late(QpsCounter(150, window_s=1.005), 0.004, 60.0)
+    back = _served_late(_BackDated(150, window_s=1.005), 0.004, 60.0)
+    assert plain <= 150 * 60 / 1.009 + burst + 1
+    assert back >= 150 * 60 / 1.005 - 1
+    # Later than back_s: only what passes it is lost (2 ms a window, not 7).
+    later = _served_late(_BackDated(150, window_s=1.005), 0.007, 60.0)
+    assert 150 * 60 / 1.007 - 1 <= later <= 150 * 60 / 1.007 + burst + 1
+
+
+def test_only_a_grant_the_log_held_back_is_back_dated() -> None:
+    c = _BackDated(10, burst_s=1.0, window_s=1.005)
+    t = 1_700_000_000.0
+    assert c.reserve(10, t) == 10 and c.newest == t  # room to spare: stamped when made
+    # The log is full until t + 1.005; served 3 ms late, the grant carries the time it was free.
+    assert c.reserve(1, t + 1.008) == 1 and c.newest == t + 1.005
+    # 7 ms late: back_s (5 ms) before it was made, no earlier.
+    assert c.reserve(1, t + 2.017) == 1 and abs(c.newest - (t + 2.012)) < 1e-6
+    # Long after the log last held it back (an idle group): stamped when made again.
+    assert c.reserve(1, t + 9.0) == 1 and c.newest == t + 9.0

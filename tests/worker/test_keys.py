@@ -10,7 +10,7 @@ import orjson
 from emq.core.interfaces import Offset
 from emq.core.model import Namespace, Topic, TopicRef
 from worker.dispatch import HELD_SCAN, PARKED_MIN, Dispatcher
-from worker.groups import Buffered, GroupState, TopicState
+from worker.groups import LATE_S, Buffered, GroupState, TopicState
 from worker.keys import KeyLines
 from worker.progress import Progress
 from worker.runtime import Worker
@@ -170,10 +170,11 @@ def test_a_job_sent_late_moves_its_grant_to_its_send_time() -> None:
     (item,) = fill(g, [None])
     g.buffers[1].clear()  # type: ignore[index]
     assert g.counter.reserve(10, 100.0) == 10
-    item.reserved_at = 100.0
+    item.reserved_at = g.counter.newest  # (100.0 less LATE_S: stamped back, see GrantLog)
     assert Worker._reserve_again(_Worker(), g, item, 100.4)  # type: ignore[arg-type]
-    assert item.reserved_at == 100.4
-    # The grant counts at 100.4, where the receiver sees it: a window (1.015 s) on, nine are free.
+    assert item.reserved_at == 100.4 - LATE_S
+    # The grant counts at its send (less LATE_S), where the receiver sees it: a window (1.015 s)
+    # after the others, nine are free.
     assert g.counter.reserve(10, 101.02) == 9
     assert g.counter.reserve(10, 101.42) == 1
 
@@ -184,7 +185,7 @@ def test_a_job_a_second_late_without_budget_goes_back_to_its_buffer_in_offset_or
     first, item, last = fill(g, [None, None, None])
     g.buffers[1].remove(item)  # type: ignore[index]
     assert g.counter.reserve(1, 100.0) == 1  # the late job's grant
-    item.reserved_at = 100.0
+    item.reserved_at = g.counter.newest
     assert g.counter.reserve(9, 100.9) == 9
     assert g.counter.reserve(9, 101.1) == 1  # ten in the window up to 101.2: none left
     w = _Worker()
