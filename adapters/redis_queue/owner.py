@@ -59,17 +59,40 @@ return out
 """
 
 
-# KEYS: epoch, holder  ARGV: epoch, holder -> {0, current} fenced | {1, previous holder or ''}
+# Seconds a holder's taken stamp lives after the last claim that took a group from it: a
+# crashed process's stamp goes eventually; a live one rereads a vanished stamp in full.
+TAKEN_TTL_S = 7 * 86_400
+
+# KEYS: epoch, holder  ARGV: epoch, holder, taken prefix
+# -> {0, current} fenced | {1, previous holder or ''}
 # The holder is the claiming worker process; it deletes it when it lets go cleanly
 # (RELEASE_HOLDS), so a claim that finds another one knows its former holder may still push.
+# A claim that changes what the former holder's hold check would answer (another holder, or a
+# newer epoch) stamps the former holder's ``taken`` key, in the same script: its next check
+# then sees the stamp moved and reads its groups in full (RedisOwner.check_holds). The stamp
+# is the server's time in microseconds, and always above the one it replaces: it never takes
+# a value again, even after its key expired. That key is built here from the holder found, so
+# it is done on a standalone server only: a Cluster's claim is sent an empty prefix (its holds
+# are checked in full every time), since the key would sit on another slot.
 CLAIM = (
     FENCE
     + """
 local current = fenced(KEYS[1], ARGV[1])
 if current then return {0, current} end
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('SET', KEYS[1], ARGV[1])
 local previous = redis.call('GET', KEYS[2]) or ''
 if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+if ARGV[3] ~= '' and previous ~= '' and (previous ~= ARGV[2] or tonumber(ARGV[1]) > before) then
+  local taken = ARGV[3] .. previous
+  local t = redis.call('TIME')
+  local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', taken) or '0') or 0
+  if stamp <= last then stamp = last + 1 end
+  redis.call('SET', taken, string.format('%d', stamp), 'EX', """
+    + str(TAKEN_TTL_S)
+    + """)
+end
 return {1, previous}
 """
 )
@@ -193,6 +216,8 @@ class RedisOwner(RedisQueueBase):
         self._release_holds = self._script(RELEASE_HOLDS)
         self._write_checkpoints = self._script(WRITE_CHECKPOINTS)
         self._trim_many = self._script(TRIM_MANY)
+        # The claims' taken stamps (see CLAIM): on a standalone server only.
+        self._taken_prefix = "" if self._cluster else self._keys.taken("")
 
     async def read(
         self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
@@ -220,7 +245,8 @@ class RedisOwner(RedisQueueBase):
 
     async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
         keys = (self._keys.epoch(group), self._keys.holder(group))
-        reply = await self._call(self._eval(self._claim, keys, (epoch, holder)), "claim")
+        args = (epoch, holder, self._taken_prefix)
+        reply = await self._call(self._eval(self._claim, keys, args), "claim")
         previous = text(self._fenced_result(reply, group, epoch, "claim"))
         return previous not in ("", holder)
 
@@ -233,7 +259,7 @@ class RedisOwner(RedisQueueBase):
         commands: list[Any] = []
         for group, epoch in groups:
             keys = (self._keys.epoch(group), self._keys.holder(group))
-            commands.append(self._eval(self._claim, keys, (epoch, holder)))
+            commands.append(self._eval(self._claim, keys, (epoch, holder, self._taken_prefix)))
             commands += [("HMGET", self._keys.checkpoint(q), "o", "e") for q in group.queues()]
         replies = await self._pipeline(commands, "claim")
         out: list[Claimed | Fenced] = []
