@@ -281,23 +281,35 @@ class RedisOwner(RedisQueueBase):
         await self._pipeline(commands, "release_holds")
 
     async def check_holds(
-        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str, full: bool = True
     ) -> set[GroupRef]:
         """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined), built
-        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`)."""
+        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`).
+
+        On a standalone server, with ``full=False``, first only the holder's taken stamp: the
+        MGETs are sent only if a claim moved it since the last clean full check (see
+        :mod:`~adapters.redis_queue.hold_check`). On a Cluster every check is full: the claims
+        stamp nothing there (see CLAIM)."""
         holds, wanted = tuple(groups), holder.encode()
         check = self._hold_check
         if check is None or not check.fits(holds, wanted):
+            taken = None if self._cluster else self._keys.taken(holder).encode()
             check = self._hold_check = hold_check.build(
-                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster
+                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster, taken
             )
         if not check.chunks:
             return set()
         if self._cluster:  # (a Cluster pipeline routes each MGET to its slot's node)
-            replies = await self._pipeline(check.commands, "check_holds")
-        else:
-            replies = await self._calls.packed(check.packed, len(check.chunks), "check_holds")
-        return check.lost(replies)
+            return check.lost(await self._pipeline(check.commands, "check_holds"))
+        if not full and check.trusted:
+            (stamp,) = await self._calls.packed(check.probe, 1, "check_holds")
+            if check.unchanged(stamp):
+                return set()
+        replies = len(check.chunks) + 1
+        stamp, *mgets = await self._calls.packed(check.packed, replies, "check_holds")
+        lost = check.lost(mgets)
+        check.settle(stamp, lost)
+        return lost
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
         """The holder and epoch keys of ``group`` (spelled only when a hold check is built)."""
