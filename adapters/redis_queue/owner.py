@@ -65,16 +65,17 @@ TAKEN_TTL_S = 7 * 86_400
 
 # KEYS: epoch, holder  ARGV: epoch, holder, taken prefix
 # -> {0, current} fenced | {1, previous holder or ''}
-# The holder is the claiming worker process; it deletes it when it lets go cleanly
-# (RELEASE_HOLDS), so a claim that finds another one knows its former holder may still push.
-# A claim that changes what the former holder's hold check would answer (another holder, or a
-# newer epoch) stamps the former holder's ``taken`` key, in the same script: its next check
-# then sees the stamp moved and reads its groups in full (RedisOwner.check_holds). A claim that
-# finds no holder stamps nothing: the former holder released the group and touches it no more.
-# The stamp is the server's time in microseconds, and always above the one it replaces: it never
-# takes a value again, even after its key expired. That key is built here from the holder found,
-# so it is done on a standalone server only: a Cluster's claim is sent an empty prefix (its
-# holds are checked in full every time), since the key would sit on another slot.
+# The holder is the claiming worker process; it deletes it when it lets go cleanly (RELEASE_HOLDS),
+# so a claim that finds another one knows its former holder may still push. A claim that changes
+# what the former holder's hold check would answer (another holder, or a newer epoch) stamps the
+# former holder's ``taken`` key, in the same script: its next check then sees the stamp moved and
+# reads its groups in full (RedisOwner.check_holds). A claim that finds no holder stamps nothing:
+# the former holder released the group and touches it no more. The stamp is the server's time in
+# microseconds, and always above the one it replaces: it never takes a value again, even after its
+# key expired (a counter would: after a restart that lost the last second of writes, the next claim
+# would count to a value a holder already read). That key is built here from the holder found, so it
+# is done on a standalone server only: a Cluster's claim is sent an empty prefix (its holds are
+# checked in full every time), since the key would sit on another slot.
 CLAIM = (
     FENCE
     + """
