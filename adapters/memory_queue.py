@@ -306,9 +306,9 @@ class MemoryQueueBackend(QueueBackend):
                 del self._holders[group]
 
     async def check_holds(
-        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str, full: bool = True
     ) -> set[GroupRef]:
-        self._open()
+        self._open()  # (every check is full: it reads a dict)
         return {
             g
             for g, epoch in groups

@@ -39,10 +39,12 @@ group can move (moving one takes a new document), and the store fences every wri
 the worker also asks the store, every 0.25 s and in one round trip, whether it still *holds*
 each of its groups (a claim records the claiming process as the group's holder; a clean release
 removes it), drops at once any group claimed since by another, and reports
-:meth:`vouched` with *the check's send time* + 1 s. :meth:`may_dispatch` is True while either
-ZooKeeper's lease or the store's word is current; :meth:`may_fetch` while connected or vouched.
-A worker paused (SIGSTOP, a long GC) resumes with both run out and pushes nothing until a fresh
-check, sent after it resumed, has dropped what others claimed meanwhile.
+:meth:`vouched` with *the check's send time* + 0.6 s (most checks only ask whether any claim
+took a group from the worker since its last full check: see :mod:`worker.holds`).
+:meth:`may_dispatch` is True while either ZooKeeper's lease or the store's word is current;
+:meth:`may_fetch` while connected or vouched. A worker paused (SIGSTOP, a long GC) resumes with
+both run out and pushes nothing until a fresh check, sent after it resumed, has dropped what
+others claimed meanwhile.
 
 Why two owners never push one group at once. A new owner claims a group only once each former
 owner left a release marker (it had stopped and removed itself as holder) or had its running

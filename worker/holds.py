@@ -6,6 +6,25 @@ removes it; every HOLD_CHECK_S the worker asks, in one round trip, which of its 
 holder claimed since, drops those, and tells the assignment source the store vouches for the
 rest until the check's send time + HOLD_VALID_S. A claim that finds a former holder that never
 let go is *contested*: the new owner waits CONTESTED_WAIT_S before pushing.
+
+Most checks are *probes* (``check_holds(full=False)``): on a standalone Redis every claim that
+takes a group from this holder moves the holder's taken stamp in the claim's own script, and a
+probe reads only that stamp, the full MGET of every group's holder and epoch following only if
+it moved (:mod:`adapters.redis_queue.hold_check`). The fencing argument (see
+:mod:`allocator.fleet`) needs, of every check, that "a check sent after a claim finds the
+group taken"; a probe keeps it: a claim that took our group is applied, with its stamp, when
+the claim is answered; a probe sent after that reads the new stamp (a stamp never repeats), so
+it sends the full check, which finds the group taken and drops it before anything is vouched.
+A probe that finds the stamp unchanged proves no claim took any of our groups since the last
+clean full check, whose answer, nothing lost, therefore still holds: it vouches from its own
+send time, as a full check does, and the contested wait (CONTESTED_WAIT_S from the claim's
+answer, longer than HOLD_VALID_S from any check sent before it) is untouched.
+
+A probe trusts that the stamp's write reached the store with the claim's; what no claim
+wrote (a failover that lost writes, a hand edit) it cannot see. So at least every
+FULL_HOLD_CHECK_S (by send time) the check is full, as every check was: such a loss keeps a
+cut-off worker pushing at most that long, never forever. On a Redis Cluster the claims stamp
+nothing (the stamp's key would sit on another slot) and every check is full.
 """
 
 from __future__ import annotations
@@ -32,6 +51,8 @@ HOLD_CHECK_S = 0.25
 # contested wait, which every recovery from a killed worker pays (issue 11: session + 2 s).
 HOLD_VALID_S = 0.6
 CONTESTED_WAIT_S = HOLD_VALID_S + 0.4
+# A full hold check at least this often (see the module): 1 in 8 of the checks while idle.
+FULL_HOLD_CHECK_S = 2.0
 
 _Claim = tuple[GroupRef, int, "asyncio.Future[Claimed]"]
 
@@ -112,15 +133,20 @@ class Holds:
 
     async def check_loop(self) -> None:
         """Every HOLD_CHECK_S: drop the groups another worker claimed since, and tell the
-        assignment the store vouches for the rest (see allocator.fleet, Vouching)."""
+        assignment the store vouches for the rest (see allocator.fleet, Vouching). A probe
+        while a full check was sent less than FULL_HOLD_CHECK_S ago (see the module)."""
+        full_sent = -FULL_HOLD_CHECK_S  # the send time of the last full check that answered
         while True:
             sent = time.monotonic()
             groups = [g for g in self.groups.values() if not g.dropped]
+            full = sent - full_sent >= FULL_HOLD_CHECK_S
             try:
-                lost = await self.queues.check_holds(self._holds(groups), self.holder)
+                lost = await self.queues.check_holds(self._holds(groups), self.holder, full)
             except BackendUnavailable as e:
                 log.debug("holds not checked: %s", e)
             else:
+                if full:
+                    full_sent = sent
                 for g in groups if lost else ():
                     if g.ref in lost:
                         self._drop(g, "fenced: claimed by another worker")

@@ -9,6 +9,22 @@ reply that means "nothing changed": an unchanged answer is then one list compari
 
 A check is built for exactly the ``(group, epoch)`` pairs it was given and is reused only for an
 equal sequence: a group gained, lost or claimed at another epoch builds a new one at once.
+
+On a standalone server the check also reads the holder's *taken stamp* (``RedisKeys.taken``),
+which every claim taking a group from the holder moves, in the claim's own script (see
+``owner.CLAIM``): first in the same write as the MGETs, so the stamp is read before them. A
+check may then be a *probe*, the stamp alone (one short GET instead of ~300 KB each way):
+
+* the full check's stamp was read before its MGETs, in the server's order: a claim that took a
+  group before that read is in the MGETs' answer; one made after it moved the stamp;
+* a stamp never takes a value again (it only grows, see ``owner.CLAIM``);
+* so a probe that reads the stamp the last clean full check read (one that found nothing lost)
+  proves that no claim took any group from the holder since that check, which found none
+  taken: the full check's answer, "nothing lost", holds at the probe. Any other stamp (or no
+  clean full check yet, for this set of groups) sends the full check at once.
+
+What the probe cannot see is a change no claim made (a write lost in a failover, a hand edit):
+the caller asks for a full check now and then (``full=True``, see ``worker.holds``).
 """
 
 from __future__ import annotations
@@ -24,7 +40,17 @@ Holds = tuple[tuple[GroupRef, int], ...]
 class HoldCheck:
     """The MGETs checking ``holds`` for ``holder``, and what their replies say (see module)."""
 
-    __slots__ = ("chunks", "commands", "expected", "holder", "holds", "packed")
+    __slots__ = (
+        "chunks",
+        "commands",
+        "expected",
+        "holder",
+        "holds",
+        "packed",
+        "probe",
+        "stamp",
+        "trusted",
+    )
 
     def __init__(
         self,
@@ -33,9 +59,11 @@ class HoldCheck:
         keys: Callable[[int], tuple[bytes, bytes]],
         chunks: list[list[int]],
         cluster: bool = False,
+        taken: bytes | None = None,
     ) -> None:
         """``keys(i)``: the holder and epoch keys of ``holds[i]``; ``chunks``: the indexes of
-        ``holds`` each MGET covers (one Cluster slot each); ``cluster``: for a Cluster client."""
+        ``holds`` each MGET covers (one Cluster slot each); ``cluster``: for a Cluster client;
+        ``taken``: the holder's taken stamp key (standalone only), read first (see module)."""
         self.holds = holds
         self.holder = holder
         self.chunks = chunks
@@ -43,11 +71,16 @@ class HoldCheck:
         # server all the MGETs in one string, sent as one write; for a Cluster pipeline, which
         # routes each to its slot's node, the commands (their name as text).
         self.commands: list[tuple[str | bytes, ...]] = []
-        self.packed = b""
+        self.packed = self.probe = b""
         if cluster:
             self.commands = [("MGET", *(k for i in c for k in keys(i))) for c in chunks]
         else:
-            self.packed = _packed_mgets(chunks, keys)
+            if taken is not None:
+                self.probe = b"*2\r\n$3\r\nGET\r\n$%d\r\n%s\r\n" % (len(taken), taken)
+            self.packed = self.probe + _packed_mgets(chunks, keys)
+        # The stamp the last full check read, if it found nothing lost (see the module).
+        self.stamp: bytes | None = None
+        self.trusted = False
         # Each MGET's reply while every group is still ours at its epoch, as Redis spells it.
         spelled: dict[int, bytes] = {}  # (most groups share a few epochs: one bytes each)
         self.expected = [
@@ -58,6 +91,15 @@ class HoldCheck:
         """Whether this check is the one for ``holds`` (compared by value, element by element;
         the same pair objects compare at once)."""
         return holder == self.holder and holds == self.holds
+
+    def unchanged(self, stamp: bytes | None) -> bool:
+        """Whether a probe's ``stamp`` proves nothing was taken since a clean full check."""
+        return self.trusted and stamp == self.stamp
+
+    def settle(self, stamp: bytes | None, lost: set[GroupRef]) -> None:
+        """A full check read ``stamp`` and then found ``lost``: a probe may rely on it only if
+        nothing was lost (a group lost stays lost: the next checks are full until it is gone)."""
+        self.stamp, self.trusted = stamp, not lost
 
     def lost(self, replies: Sequence[Any]) -> set[GroupRef]:
         """The groups the MGETs' ``replies`` show claimed by another holder or at a newer epoch
@@ -102,9 +144,11 @@ def build(
     per_slot: Callable[[Sequence[int], Callable[[int], int]], list[list[int]]],
     slot: Callable[[str], int],
     cluster: bool,
+    taken: bytes | None = None,
 ) -> HoldCheck:
     """A :class:`HoldCheck` for ``holds``: the keys spelled by ``keys_of``, the MGETs split by
-    ``per_slot`` (indexes of ``holds``, by the slot of their holder key)."""
+    ``per_slot`` (indexes of ``holds``, by the slot of their holder key); ``taken``: the
+    holder's taken stamp key, on a standalone server."""
     slots = [slot(keys_of(g)[0]) for g, _ in holds]  # (only the slots kept: ints)
     chunks = per_slot(range(len(holds)), slots.__getitem__)
 
@@ -112,4 +156,4 @@ def build(
         h, e = keys_of(holds[i][0])
         return h.encode(), e.encode()
 
-    return HoldCheck(holds, holder, keys, chunks, cluster)
+    return HoldCheck(holds, holder, keys, chunks, cluster, taken)

@@ -9,7 +9,9 @@ keys of one group (they share the group's hash tag); the batch scripts (APPEND, 
 WRITE_CHECKPOINTS, TRIM_MANY) take the keys of many groups, which the caller gathers per Cluster
 slot (on a standalone server, all in one call). Keys are always passed in ``KEYS``, never built
 inside a script, so Redis Cluster can route the call. The two global keys (the ready signal and
-the due index) are never given to a script: they live outside every group's hash tag.
+the due index) are never given to a script: they live outside every group's hash tag. One
+exception, standalone only: the claim stamps its former holder's taken key, which it can name
+only once it has read the holder (see ``owner.CLAIM``; on a Cluster it is not done).
 
 Shared formats (spelled the same in :mod:`adapters.memory_queue`):
 

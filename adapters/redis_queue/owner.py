@@ -59,17 +59,42 @@ return out
 """
 
 
-# KEYS: epoch, holder  ARGV: epoch, holder -> {0, current} fenced | {1, previous holder or ''}
-# The holder is the claiming worker process; it deletes it when it lets go cleanly
-# (RELEASE_HOLDS), so a claim that finds another one knows its former holder may still push.
+# Seconds a holder's taken stamp lives after the last claim that took a group from it: a
+# crashed process's stamp goes eventually; a live one rereads a vanished stamp in full.
+TAKEN_TTL_S = 7 * 86_400
+
+# KEYS: epoch, holder  ARGV: epoch, holder, taken prefix
+# -> {0, current} fenced | {1, previous holder or ''}
+# The holder is the claiming worker process; it deletes it when it lets go cleanly (RELEASE_HOLDS),
+# so a claim that finds another one knows its former holder may still push. A claim that changes
+# what the former holder's hold check would answer (another holder, or a newer epoch) stamps the
+# former holder's ``taken`` key, in the same script: its next check then sees the stamp moved and
+# reads its groups in full (RedisOwner.check_holds). A claim that finds no holder stamps nothing:
+# the former holder released the group and touches it no more. The stamp is the server's time in
+# microseconds, and always above the one it replaces: it never takes a value again, even after its
+# key expired (a counter would: after a restart that lost the last second of writes, the next claim
+# would count to a value a holder already read). That key is built here from the holder found, so it
+# is done on a standalone server only: a Cluster's claim is sent an empty prefix (its holds are
+# checked in full every time), since the key would sit on another slot.
 CLAIM = (
     FENCE
     + """
 local current = fenced(KEYS[1], ARGV[1])
 if current then return {0, current} end
+local before = tonumber(redis.call('GET', KEYS[1]) or '0')
 redis.call('SET', KEYS[1], ARGV[1])
 local previous = redis.call('GET', KEYS[2]) or ''
 if ARGV[2] == '' then redis.call('DEL', KEYS[2]) else redis.call('SET', KEYS[2], ARGV[2]) end
+if ARGV[3] ~= '' and previous ~= '' and (previous ~= ARGV[2] or tonumber(ARGV[1]) > before) then
+  local taken = ARGV[3] .. previous
+  local t = redis.call('TIME')
+  local stamp = tonumber(t[1]) * 1000000 + tonumber(t[2])
+  local last = tonumber(redis.call('GET', taken) or '0') or 0
+  if stamp <= last then stamp = last + 1 end
+  redis.call('SET', taken, string.format('%d', stamp), 'EX', """
+    + str(TAKEN_TTL_S)
+    + """)
+end
 return {1, previous}
 """
 )
@@ -193,6 +218,8 @@ class RedisOwner(RedisQueueBase):
         self._release_holds = self._script(RELEASE_HOLDS)
         self._write_checkpoints = self._script(WRITE_CHECKPOINTS)
         self._trim_many = self._script(TRIM_MANY)
+        # The claims' taken stamps (see CLAIM): on a standalone server only.
+        self._taken_prefix = "" if self._cluster else self._keys.taken("")
 
     async def read(
         self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
@@ -220,7 +247,8 @@ class RedisOwner(RedisQueueBase):
 
     async def claim(self, group: GroupRef, epoch: int, holder: str = "") -> bool:
         keys = (self._keys.epoch(group), self._keys.holder(group))
-        reply = await self._call(self._eval(self._claim, keys, (epoch, holder)), "claim")
+        args = (epoch, holder, self._taken_prefix)
+        reply = await self._call(self._eval(self._claim, keys, args), "claim")
         previous = text(self._fenced_result(reply, group, epoch, "claim"))
         return previous not in ("", holder)
 
@@ -233,7 +261,7 @@ class RedisOwner(RedisQueueBase):
         commands: list[Any] = []
         for group, epoch in groups:
             keys = (self._keys.epoch(group), self._keys.holder(group))
-            commands.append(self._eval(self._claim, keys, (epoch, holder)))
+            commands.append(self._eval(self._claim, keys, (epoch, holder, self._taken_prefix)))
             commands += [("HMGET", self._keys.checkpoint(q), "o", "e") for q in group.queues()]
         replies = await self._pipeline(commands, "claim")
         out: list[Claimed | Fenced] = []
@@ -255,23 +283,35 @@ class RedisOwner(RedisQueueBase):
         await self._pipeline(commands, "release_holds")
 
     async def check_holds(
-        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str, full: bool = True
     ) -> set[GroupRef]:
         """One MGET of the groups' holder and epoch keys (per Cluster slot, pipelined), built
-        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`)."""
+        once per set of groups and sent packed (:mod:`adapters.redis_queue.hold_check`).
+
+        On a standalone server, with ``full=False``, first only the holder's taken stamp: the
+        MGETs are sent only if a claim moved it since the last clean full check (see
+        :mod:`~adapters.redis_queue.hold_check`). On a Cluster every check is full: the claims
+        stamp nothing there (see CLAIM)."""
         holds, wanted = tuple(groups), holder.encode()
         check = self._hold_check
         if check is None or not check.fits(holds, wanted):
+            taken = None if self._cluster else self._keys.taken(holder).encode()
             check = self._hold_check = hold_check.build(
-                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster
+                holds, wanted, self._hold_keys, self._per_slot, self._slot, self._cluster, taken
             )
         if not check.chunks:
             return set()
         if self._cluster:  # (a Cluster pipeline routes each MGET to its slot's node)
-            replies = await self._pipeline(check.commands, "check_holds")
-        else:
-            replies = await self._calls.packed(check.packed, len(check.chunks), "check_holds")
-        return check.lost(replies)
+            return check.lost(await self._pipeline(check.commands, "check_holds"))
+        if not full and check.trusted:
+            (stamp,) = await self._calls.packed(check.probe, 1, "check_holds")
+            if check.unchanged(stamp):
+                return set()
+        replies = len(check.chunks) + 1
+        stamp, *mgets = await self._calls.packed(check.packed, replies, "check_holds")
+        lost = check.lost(mgets)
+        check.settle(stamp, lost)
+        return lost
 
     def _hold_keys(self, group: GroupRef) -> tuple[str, str]:
         """The holder and epoch keys of ``group`` (spelled only when a hold check is built)."""

@@ -74,6 +74,13 @@ class RedisKeys:
         """The group's current owner epoch: writes carrying an older one are fenced."""
         return self._group_key(group, "epoch")
 
+    def taken(self, holder: str) -> str:
+        """Stamped by every claim that takes a group from ``holder`` (a worker process; spelled
+        as given, no escaping: a claim script builds this name from the holder it finds), so
+        that the holder's hold check need not read every group's keys while nothing moved.
+        Standalone Redis only (see ``adapters.redis_queue.owner``)."""
+        return f"{self.prefix}:taken:{holder}"
+
     def retries(self, group: GroupRef) -> str:
         """Jobs waiting for their next attempt, scored by due time."""
         return self._group_key(group, "retry")

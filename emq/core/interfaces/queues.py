@@ -249,12 +249,16 @@ class GroupOwner(QueueProbe, Protocol):
 
     @abc.abstractmethod
     async def check_holds(
-        self, groups: Sequence[tuple[GroupRef, int]], holder: str
+        self, groups: Sequence[tuple[GroupRef, int]], holder: str, full: bool = True
     ) -> set[GroupRef]:
         """Of ``(group, epoch)`` claimed by ``holder``, the groups claimed since by another
         holder or at a newer epoch (a group with no holder recorded is not counted as lost).
 
-        Cheap however many groups: a worker asks several times a second.
+        Cheap however many groups: a worker asks several times a second. With ``full=False``
+        a backend that records which claims took groups from each holder may answer from that
+        record instead of reading every group: it must still report every group a claim took,
+        but a change no claim made (a write lost in a failover, a hand edit) may show only at
+        the next call with ``full=True``.
         """
 
     @abc.abstractmethod
