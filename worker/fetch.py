@@ -140,6 +140,19 @@ class Fetcher:
             for g in starved:
                 self.want(g)
 
+    async def _unread(self, groups: list[GroupState]) -> list[GroupState]:
+        """Of ``groups``, those with a queue holding an entry after the last one fetched from
+        it (GroupOwner.unread: a sweep of 10 000 idle queues then costs the worker a few ms,
+        not a read of every queue); all of them if the store cannot say now (a group that gets
+        a job meanwhile is signalled as usual; one whose signal is lost, by the next sweep)."""
+        after = {q: p.last_fetched for g in groups for q, p in g.progress.items()}
+        try:
+            unread = await self._queues.unread(after)
+        except BackendUnavailable as e:
+            log.warning("sweep: could not ask which queues have jobs (%s): reading all", e)
+            return groups
+        return [g for g in groups if not g.dropped and any(q in unread for q in g.progress)]
+
     # ------------------------------------------------------------------ fetching
 
     async def run(self) -> None:
@@ -297,14 +310,19 @@ class Fetcher:
                 self.signal(g)
 
     async def sweep(self) -> None:
-        """Every ``sweep_interval_s``: treat every owned group as hot once, repair the index."""
+        """Every ``sweep_interval_s``: treat every owned group with a job after what was
+        fetched of it as hot once (a ready signal for it was lost), repair the index."""
         while True:
             await asyncio.sleep(self._settings.sweep_interval_s)
-            groups = [g for g in list(self._groups.values()) if not g.dropped]
-            for g in groups:
-                self.signal(g)
-            # The sweep repeats by itself: a failed repair waits for the next one, no pause.
-            try:
-                await self._queues.reindex_delayed([g.ref for g in groups])
-            except BackendUnavailable as e:
-                log.warning("delayed-index repair failed (%s); next sweep retries", e)
+            await self.sweep_once()
+
+    async def sweep_once(self) -> None:
+        """One sweep (see :meth:`sweep`)."""
+        groups = [g for g in list(self._groups.values()) if not g.dropped]
+        for g in await self._unread(groups):
+            self.signal(g)
+        # The sweep repeats by itself: a failed repair waits for the next one, no pause.
+        try:
+            await self._queues.reindex_delayed([g.ref for g in groups])
+        except BackendUnavailable as e:
+            log.warning("delayed-index repair failed (%s); next sweep retries", e)

@@ -126,6 +126,29 @@ async def test_read_many_queues_in_one_call(backend: QueueBackend) -> None:
     assert await backend.read({}, 10) == {}
 
 
+async def test_unread_names_the_queues_with_an_entry_after_their_offset(
+    backend: QueueBackend,
+) -> None:
+    # The worker's sweep: which owned queues hold a job past what was fetched (a lost signal)?
+    busy = [queue("a", HIGH), queue("b", LOW), queue("c", MEDIUM, 3)]
+    never = queue("never")  # no stream at all
+    offsets = {q: await put_n(backend, q, 2 + i) for i, q in enumerate(busy)}
+    asked = {**dict.fromkeys(busy, ZERO_OFFSET), never: ZERO_OFFSET}
+    assert await backend.unread(asked) == set(busy)
+    # Past the last entry: nothing; past the one before it: the last one is unread.
+    caught_up = {q: o[-1] for q, o in offsets.items()}
+    assert await backend.unread({**caught_up, never: ZERO_OFFSET}) == set()
+    behind = {**caught_up, busy[1]: offsets[busy[1]][-2]}
+    assert await backend.unread(behind) == {busy[1]}
+    await put_n(backend, busy[2], 1, "late")  # appended after the consumer caught up
+    assert await backend.unread(caught_up) == {busy[2]}
+    assert await backend.unread({}) == set()
+    # Many queues in one call (more than one script's worth on Redis).
+    many = [queue(f"m{i}") for i in range(1100)]
+    await backend.put([PutItem(q, "x", b"x") for q in many[::7]])
+    assert await backend.unread(dict.fromkeys(many, ZERO_OFFSET)) == set(many[::7])
+
+
 # --------------------------------------------------------------------------- idempotency
 
 

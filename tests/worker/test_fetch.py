@@ -8,6 +8,7 @@ import asyncio
 from collections.abc import Mapping
 
 from adapters.memory_queue import MemoryQueueBackend
+from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import Entry, Offset, PutItem
 from emq.core.model import Namespace, Priority, QueueRef, Topic, TopicRef
 from worker.fetch import HIGH_FLOOR, Fetcher
@@ -29,7 +30,8 @@ class GatedQueues(MemoryQueueBackend):
     async def read(
         self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
     ) -> dict[QueueRef, list[Entry]]:
-        assert not isinstance(count, int)
+        if isinstance(count, int):  # (GroupOwner.unread's default: a look, not a fetch)
+            return await super().read(requests, count)
         self.counts.append(dict(count))
         found = await super().read(requests, count)  # the store answers as of now...
         self.reading.set()
@@ -175,3 +177,37 @@ async def test_groups_the_budget_cut_are_read_again_without_a_dispatch() -> None
         assert f.budget.used <= (1 << 20) + 64 * 1024 * len(groups)
     finally:
         run.cancel()
+
+
+class UnreadFails(GatedQueues):
+    async def unread(self, after: Mapping[QueueRef, Offset]) -> set[QueueRef]:
+        raise BackendUnavailable("connection refused")
+
+
+async def test_the_sweep_reads_only_groups_with_a_job_past_what_was_fetched() -> None:
+    queues = GatedQueues()
+    f, _ = fetcher(queues)
+    idle, lost, busy = group("idle", 20), group("lost", 20), group("busy", 20)
+    f._groups.update({str(g.ref): g for g in (idle, lost, busy)})
+    await put(queues, busy, LOW, 50, 10)
+    await f._fetch([idle, lost, busy])  # idle and lost read to their end: exhausted, not hot
+    assert not idle.hot and not lost.hot and busy.hot and held(busy)[2] > 0
+    await put(queues, lost, HIGH, 1, 10)  # its ready signal lost: nobody calls f.signal
+    reads = len(queues.counts)
+    await f.sweep_once()
+    assert lost.hot and lost.queued_fetch and not lost.exhausted[0]
+    assert not idle.hot and not idle.queued_fetch  # nothing past what was fetched: not read
+    assert len(queues.counts) == reads  # (no fetch by the sweep itself: it only asked)
+    await f._fetch(f._wanted)
+    assert held(lost) == [1, 0, 0]
+
+
+async def test_a_sweep_that_cannot_ask_reads_every_group() -> None:
+    queues = UnreadFails()
+    f, _ = fetcher(queues)
+    idle, lost = group("idle", 20), group("lost", 20)
+    f._groups.update({str(g.ref): g for g in (idle, lost)})
+    await f._fetch([idle, lost])
+    await put(queues, lost, LOW, 1, 10)
+    await f.sweep_once()
+    assert idle.hot and lost.hot and idle.queued_fetch and lost.queued_fetch

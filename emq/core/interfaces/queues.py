@@ -271,6 +271,13 @@ class GroupOwner(QueueProbe, Protocol):
         asking 0, is not read). Queues with nothing new are left out of the result.
         """
 
+    async def unread(self, after: Mapping[QueueRef, Offset]) -> set[QueueRef]:
+        """Of the given queues, those with an entry after the given offset; nothing is read
+        (the worker's sweep asks it of every queue it owns, every ``sweep_interval_s``, to find
+        a job whose ready signal was lost). Here: a read of one entry per queue; a backend
+        may answer more cheaply."""
+        return set(await self.read(after, 1))
+
     @abc.abstractmethod
     async def read_checkpoint(self, queue: QueueRef) -> Checkpoint | None:
         """The queue's committed checkpoint, or ``None`` if nothing was ever committed."""
