@@ -444,11 +444,11 @@ class Worker:
         return False
 
     def _reserve_again(self, group: GroupState, item: Buffered, now: float) -> bool:
-        """A job sent more than LATE_S after its quota was reserved (a slow loop, senders all
-        busy) has its grant moved to now (QpsCounter.restamp: free while the grant is less than
-        a second old), or, a second late with no budget left, goes back to its buffer in offset
-        order: a reservation never lands outside the window it was counted in, whatever the
-        loop's speed (a receiver counting any 1000 ms would see it)."""
+        """A job sent more than LATE_S after its grant's stamp (a slow loop, senders all busy)
+        has its grant moved to LATE_S before now (QpsCounter.restamp, back_s: free while the
+        grant is less than a window old), or, a second late with no budget left, goes back to
+        its buffer in offset order: a reservation never lands outside the window it was counted
+        in, whatever the loop's speed (a receiver counting any 1000 ms would see it)."""
         lender = item.lent_by  # (a sibling's grant: worker.lending)
         counter = lender.counter if lender is not None else group.counter
         stamp = counter.restamp(item.reserved_at, now)
