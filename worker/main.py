@@ -31,13 +31,15 @@ from worker.ssrf import AddressPolicy, IPNetwork
 log = logging.getLogger(__name__)
 
 
-# A young-generation collection every 100 000 net allocations instead of 700 (and an older one
+# A young-generation collection every 50 000 net allocations instead of 700 (and an older one
 # every 10 of those): see tune_gc. The young collections of a busy worker walk the jobs fetched
-# since the last one (buffered, alive); at 10 000 the older generation filled ten times as often
-# and each of its collections walked ~100 000 of them again: W2 --noop spent 0.77-1.0 s of its
-# ~9 s collecting (0.35 s in the older generation) against 0.26-0.31 s at 100 000 (0.01 s),
-# two runs of each, alternated (``emq bench dispatch --workload W2 --noop --json``, gc_s).
-GC_THRESHOLDS = (100_000, 10, 10)
+# since the last one (buffered, alive); at 10 000 both generations were collected five times as often
+# and each of its collections walked them again: W2 --noop spent 0.77-1.0 s of its ~9 s
+# collecting against 0.39-0.50 s at 50 000 and 0.35 s at 100 000 (``emq bench dispatch
+# --workload W2 --noop --json``, the worker's gc_s, runs alternated). Not higher: cyclic garbage
+# (a failed push's exception, its traceback and frames) waits for the young collection, and the
+# worker's RSS after owning 10 000 queues was already 0.7 MiB higher at 50 000 (W4).
+GC_THRESHOLDS = (50_000, 10, 10)
 
 
 def default_worker_id() -> str:

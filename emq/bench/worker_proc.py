@@ -57,13 +57,16 @@ from worker.standalone import StandaloneAssignment
 log = logging.getLogger(__name__)
 
 GC_TIME = [0.0, 0.0]  # seconds spent collecting, start of the current collection
+GC_BY_GENERATION = [0.0, 0.0, 0.0]  # the same seconds by the generation collected
 
 
 def _time_gc(phase: str, info: dict[str, Any]) -> None:
     if phase == "start":
         GC_TIME[1] = time.perf_counter()
     else:
-        GC_TIME[0] += time.perf_counter() - GC_TIME[1]
+        spent = time.perf_counter() - GC_TIME[1]
+        GC_TIME[0] += spent
+        GC_BY_GENERATION[info["generation"]] += spent
 
 
 gc.callbacks.append(_time_gc)
@@ -145,6 +148,7 @@ class Control:
             "loop_lag_s": round(w.metrics.last_loop_lag_s, 4),  # the last 0.1 s sample
             "gc_collections": [g["collections"] for g in gc.get_stats()],
             "gc_s": round(GC_TIME[0], 3),
+            "gc_s_by_generation": [round(s, 3) for s in GC_BY_GENERATION],
         }
         tmp = self._path.with_suffix(".tmp")
         tmp.write_text(json.dumps(status))
