@@ -33,8 +33,8 @@ log = logging.getLogger(__name__)
 
 # A young-generation collection every 50 000 net allocations instead of 700 (and an older one
 # every 10 of those): see tune_gc. The young collections of a busy worker walk the jobs fetched
-# since the last one (buffered, alive); at 10 000 both generations were collected five times as often
-# and each of its collections walked them again: W2 --noop spent 0.77-1.0 s of its ~9 s
+# since the last one (buffered, alive); at 10 000 both generations were collected five times as
+# often, and each walked them again: W2 --noop spent 0.77-1.0 s of its ~9 s
 # collecting against 0.39-0.50 s at 50 000 and 0.35 s at 100 000 (``emq bench dispatch
 # --workload W2 --noop --json``, the worker's gc_s, runs alternated). Not higher: cyclic garbage
 # (a failed push's exception, its traceback and frames) waits for the young collection, and the

@@ -39,11 +39,12 @@ async def test_adds_read_back_as_the_sums_for_more_topics_than_a_call_takes(
     assert 0 < len(expected) < len(topics)  # some topics had nothing: they have no hash
     assert await board.latency_window(topics) == expected
 
-    keys = [k async for k in redis_subject.raw.scan_iter(match=f"{redis_subject.keys.prefix}:lat:*")]
+    raw, prefix = redis_subject.raw, redis_subject.keys.prefix
+    keys = [k async for k in raw.scan_iter(match=f"{prefix}:lat:*")]
     # a hash per topic with counts and slot (the adds may straddle a 15 s slot's end: two)
     assert len(expected) <= len(keys) <= 2 * len(expected)
     for key in keys[:50]:
-        assert 0 < await redis_subject.raw.ttl(key) <= TTL_S
+        assert 0 < await raw.ttl(key) <= TTL_S
 
 
 async def test_a_flushed_script_cache_is_loaded_again(redis_subject: Subject) -> None:
