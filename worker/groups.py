@@ -7,10 +7,10 @@ it releases it or is fenced. Its three buffers hold fetched jobs in offset order
 Ownership lifecycle of a group on this worker (:class:`Lifecycle`, one method per transition;
 an illegal transition is a bug and raises :class:`IllegalTransition`)::
 
-    CLAIMING --contest()--> CONTESTED_WAIT
-       |                         | own()   (after CONTESTED_WAIT_S: the former holder's last
-       | own()                   v          word on the store has run out)
-       +-------------------->  OWNED --release()--> RELEASING --released()--> RELEASED
+    CLAIMING --contest()--> CONTESTED_WAIT --abandon()--------------------------> RELEASED
+       |                         | own()   (after CONTESTED_WAIT_S: the former      ^
+       | own()                   v          holder's last word has run out)         |
+       +-------------------->  OWNED --release()--> RELEASING --released()----------+
                                  |                      |
                                  +------ drop() --------+--> DROPPED
                                   (fenced: another worker claimed it; nothing more is written)
@@ -18,7 +18,9 @@ an illegal transition is a bug and raises :class:`IllegalTransition`)::
 - CLAIMING: claimed in the store at its epoch, checkpoints read; not yet registered, so no fetch
   or dispatch sees it.
 - CONTESTED_WAIT: the claim found a former holder that never released the group (killed, or cut
-  off): the worker waits until that holder's pushes must have stopped.
+  off): the worker waits until that holder's pushes must have stopped. Not registered either;
+  assigned away meanwhile, it is given up (``abandon``: RELEASED without ever being served, its
+  hold kept so that its next owner waits the former holder out too).
 - OWNED: registered; fetched from, dispatched, checkpointed, trimmed.
 - RELEASING: handed over: no more fetching or dispatching; in-flight pushes end, the final
   checkpoint and trim are written.
@@ -425,6 +427,10 @@ class GroupState:
     def released(self) -> None:
         """Its final writes are done and its hold let go: nothing more is written."""
         self._move(Lifecycle.RELEASED, Lifecycle.RELEASING)
+
+    def abandon(self) -> None:
+        """Assigned away before its contested wait ended: never served, nothing written."""
+        self._move(Lifecycle.RELEASED, Lifecycle.CONTESTED_WAIT)
 
     def drop(self) -> None:
         """Fenced by a newer owner: stop at once and write nothing more."""

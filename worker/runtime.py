@@ -227,6 +227,7 @@ class Worker:
         deadline = time.monotonic() + grace
         log.info("worker %s stopping: draining buffers for up to %.1f s", self.id, grace)
         await self._cancel("topics", "assignment", "fetch", "signals", "promote", "sweep")
+        await self.ownership.stop_waiting()  # (groups in their contested wait: given up)
         while self._buffered() and self._draining(deadline):
             await asyncio.sleep(0.05)
         await self._cancel("dispatch")
