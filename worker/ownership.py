@@ -41,6 +41,9 @@ log = logging.getLogger(__name__)
 # Claims in flight at once; those of one loop iteration share a round trip (worker.holds).
 CLAIM_CONCURRENCY = 256
 
+# A group in its contested wait: when it may be served, and whether it was worked before.
+_Wait = tuple[GroupState, float, bool]
+
 
 class Ownership:
     """Claims, releases and drops of one worker's groups (see the module docstring)."""
@@ -81,9 +84,9 @@ class Ownership:
         # else, so no fetch, dispatch or hold check sees them (see claim).
         self.waiting: dict[GroupRef, GroupState] = {}
         # When each group taken from a holder that never let go may be served by this process,
-        # whatever epoch it is claimed at later (monotonic; gone once passed).
+        # whatever epoch it is claimed at later (monotonic; pruned at each assignment).
         self._serve_after: dict[GroupRef, float] = {}
-        self._waits: set[asyncio.Task[None]] = set()
+        self._waits: set[asyncio.Task[None]] = set()  # one a batch of waiting groups
 
     async def follow(self, topics_ready: asyncio.Event) -> None:
         """Apply every assignment, once the topics are known."""
@@ -114,7 +117,12 @@ class Ownership:
             for ref, e in wanted.items()
             if (ref not in current or current[ref].epoch != e) and ref not in self.waiting
         ]
-        await asyncio.gather(*(self.claim(ref, epoch, limit) for ref, epoch in new))
+        waits: list[_Wait] = []
+        await asyncio.gather(*(self.claim(ref, epoch, limit, waits) for ref, epoch in new))
+        if waits:  # served together once the last of their waits ends (see _wait_out)
+            task = asyncio.ensure_future(self._wait_out(waits))
+            self._waits.add(task)
+            task.add_done_callback(self._waits.discard)
         claimed = [c for ref, _ in new if (c := self.groups.get(str(ref))) is not None]
         await self.fetcher.index_claimed(claimed)
         self.generation = owned.generation
@@ -128,8 +136,11 @@ class Ownership:
         waiting = f", {len(self.waiting)} waiting out former holders" if self.waiting else ""
         log.info("worker %s owns %d groups%s (%s)", self.id, len(self.groups), waiting, why)
 
-    async def claim(self, ref: GroupRef, epoch: int, limit: asyncio.Semaphore) -> None:
-        """CLAIMING -> (CONTESTED_WAIT ->) OWNED, or nothing if fenced or assigned away."""
+    async def claim(
+        self, ref: GroupRef, epoch: int, limit: asyncio.Semaphore, waits: list[_Wait]
+    ) -> None:
+        """CLAIMING -> OWNED, or -> CONTESTED_WAIT (added to ``waits``), or nothing if fenced
+        or assigned away."""
         topic = self.topics.get(ref.topic)
         if topic is None:
             log.warning("assigned %s of an unknown topic; skipped until the topic is known", ref)
@@ -169,24 +180,26 @@ class Ownership:
             log.info("claimed %s from a holder that did not release it: starting in %.1f s",
                      ref, serve_at - now)  # fmt: skip
             self.waiting[ref] = group
-            task = asyncio.ensure_future(self._wait_out(group, serve_at, worked_before))
-            self._waits.add(task)
-            task.add_done_callback(self._waits.discard)
+            waits.append((group, serve_at, worked_before))
             return
         self._serve(group, worked_before)
 
-    async def _wait_out(self, group: GroupState, serve_at: float, worked_before: bool) -> None:
-        """CONTESTED_WAIT -> OWNED at ``serve_at``, unless assigned away meanwhile."""
-        await asyncio.sleep(max(0.0, serve_at - time.monotonic()))
-        if self.waiting.get(group.ref) is not group:
-            return  # assigned away or to another epoch meanwhile (apply: _abandon)
-        del self.waiting[group.ref]
-        if self._serve_after.get(group.ref, 0.0) <= time.monotonic():
-            self._serve_after.pop(group.ref, None)
-        group.reconfigure(self.quota(group.topic, group.ref))  # the topic may have changed
-        self._serve(group, worked_before)
-        await self.fetcher.index_claimed([group])
-        self._owned(f"{group.ref} after its former holder's last word")
+    async def _wait_out(self, waits: list[_Wait]) -> None:
+        """CONTESTED_WAIT -> OWNED for the groups of one assignment that had to wait, once the
+        last of their waits ended (they were claimed in one round trip: their waits end within
+        it of each other), unless assigned away meanwhile; indexed in one round trip."""
+        await asyncio.sleep(max(0.0, max(at for _, at, _ in waits) - time.monotonic()))
+        served = []
+        for group, _, worked_before in waits:
+            if self.waiting.get(group.ref) is not group:
+                continue  # assigned away or to another epoch meanwhile (apply: _abandon)
+            del self.waiting[group.ref]
+            group.reconfigure(self.quota(group.topic, group.ref))  # the topic may have changed
+            self._serve(group, worked_before)
+            served.append(group)
+        if served:
+            await self.fetcher.index_claimed(served)
+            self._owned(f"{len(served)} after their former holders' last word")
 
     async def _abandon(self, group: GroupState) -> None:
         """A CONTESTED_WAIT group assigned away (or to another epoch) before its wait ended: it

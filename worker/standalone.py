@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 
 from emq.core.interfaces import AssignmentSource, ConfigStore, OwnedGroups
-from emq.core.model import Namespace
+from emq.core.model import GroupRef, Namespace
 
 
 class StandaloneAssignment(AssignmentSource):
@@ -32,9 +32,13 @@ class StandaloneAssignment(AssignmentSource):
         async for topics in self._config.watch_topics(self._namespace):
             groups = {g: self._epoch for t in topics.values() for g in t.group_refs()}
             if groups != dict(self._current.groups):
-                async with self._changed:
-                    self._current = OwnedGroups(self._current.generation + 1, groups)
-                    self._changed.notify_all()
+                await self.assign(groups)
+
+    async def assign(self, groups: Mapping[GroupRef, int]) -> None:
+        """Own exactly ``groups`` (at their epochs) from now on: the next generation."""
+        async with self._changed:
+            self._current = OwnedGroups(self._current.generation + 1, dict(groups))
+            self._changed.notify_all()
 
     async def updates(self) -> AsyncIterator[OwnedGroups]:
         seen = -1
@@ -46,7 +50,7 @@ class StandaloneAssignment(AssignmentSource):
             seen = snapshot.generation
             yield snapshot
 
-    async def release(self, group: object, epoch: int) -> None:
+    async def release(self, group: GroupRef, epoch: int) -> None:
         return None  # nobody waits for a standalone worker's handover
 
     async def aclose(self) -> None:

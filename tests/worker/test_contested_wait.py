@@ -14,19 +14,20 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 
 import pytest
 
 import worker.ownership as ownership_module
 from adapters.memory_config import MemoryConfigStore
 from adapters.memory_queue import MemoryQueueBackend
-from emq.core.interfaces import AssignmentSource, OwnedGroups, Pusher, PushRequest, PushResult
+from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.interfaces.queues import PutItem
 from emq.core.job import Envelope, Job
 from emq.core.model import GroupRef, Namespace, Priority, Tenant, Topic, TopicRef
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
+from worker.standalone import StandaloneAssignment
 
 WAIT_S = 1.0  # the contested wait in these tests
 TOPIC = TopicRef(Namespace.ONLINE, "t", "orders")
@@ -34,37 +35,19 @@ G0, G1 = TOPIC.group(0), TOPIC.group(1)
 DEAD = "w-dead/1/0000"  # the former holder: it claimed both groups and never let go
 
 
-class Scripted(AssignmentSource):
-    """An assignment the test sets; what the worker released, in order."""
+class Scripted(StandaloneAssignment):
+    """An assignment the test sets (``assign``), not the config store; what the worker
+    released, in order."""
 
-    def __init__(self) -> None:
-        self._current = OwnedGroups(0)
-        self._changed = asyncio.Condition()
+    def __init__(self, config: MemoryConfigStore) -> None:
+        super().__init__(config, Namespace.ONLINE)
         self.released: list[tuple[GroupRef, int]] = []
 
-    def current(self) -> OwnedGroups:
-        return self._current
-
-    async def assign(self, groups: Mapping[GroupRef, int]) -> None:
-        async with self._changed:
-            self._current = OwnedGroups(self._current.generation + 1, dict(groups))
-            self._changed.notify_all()
-
-    async def updates(self) -> AsyncIterator[OwnedGroups]:
-        seen = -1
-        while True:
-            async with self._changed:
-                while self._current.generation == seen:
-                    await self._changed.wait()
-                snapshot = self._current
-            seen = snapshot.generation
-            yield snapshot
+    async def run(self) -> None:
+        return None  # (the standalone source would follow the topics)
 
     async def release(self, group: GroupRef, epoch: int) -> None:
         self.released.append((group, epoch))
-
-    async def aclose(self) -> None:
-        return None
 
 
 class Recording(Pusher):
@@ -121,8 +104,8 @@ async def rig(monkeypatch: pytest.MonkeyPatch) -> AsyncIterator[Rig]:
             envelope = Envelope(job_id, job, int(time.time() * 1000))
             items.append(PutItem(group.queue(Priority.MEDIUM), job_id, envelope.encode()))
         await queues.put(items)
-    assignment, pusher = Scripted(), Recording()
-    settings = WorkerSettings(metrics_port=0, shutdown_grace_s=1)
+    assignment, pusher = Scripted(config), Recording()
+    settings = WorkerSettings(metrics_port="0", shutdown_grace_s=1.0)
     worker = Worker("w", Namespace.ONLINE, settings, queues=queues, config=config,
                     assignment=assignment, pusher=pusher)  # fmt: skip
     stop = asyncio.Event()
