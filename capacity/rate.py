@@ -213,6 +213,13 @@ class QpsCounter:
         now = self._advance(now)
         self._log_room(now)  # (drops stamps a window old)
         log = self._log
+        if log and log[-1] == granted_at:
+            # The newest grant (a backlogged group's log frees one or two at a time): its stamp
+            # moves later, the log stays sorted. (Of equal stamps, moving the last leaves the
+            # same log as moving any.)
+            stamp = max(granted_at, now - self.back_s)
+            log[-1] = stamp
+            return stamp
         if log and log[0] <= granted_at <= log[-1]:
             # The log is sorted (stamps go on at the right, at the latest time; quiet() builds
             # it in order; a moved stamp is put in its place), so the grant is found by

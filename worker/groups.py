@@ -62,18 +62,37 @@ from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
 
-# Each grant counts for 1.015 s: a job goes out up to LATE_S after its grant's stamp (later, the
-# stamp moves to LATE_S before its send), plus the time from the sender's check to its write
-# (measured beside a busy-loop competitor, W3: p99.9 1.7 ms, p99.99 5.3 ms, max 18 ms), loopback
-# and the receiver's kernel stamp. A backlogged group's grants a quota apart are exactly this far
-# apart: the margin is all there is against that jitter (measured on a busy machine, before the
-# gate and the kernel-stamped sink: 152 in a sliding second at 150 QPS with 1.005 s; 102 at 100
-# QPS with 1.01 s). Costs 1.5 % of the sustained rate.
-GRANT_WINDOW_S = 1.015
+# Each grant counts for GRANT_WINDOW_S = 1 s + LATE_S + 5 ms: a job goes out at most LATE_S after
+# its grant's stamp (later, the stamp moves to LATE_S before its send), plus the time from the
+# sender's check to its write (measured beside a busy-loop competitor, W3: p99.9 1.7 ms, p99.99
+# 5.3 ms, max 18 ms), loopback and the receiver's kernel stamp. A backlogged group's grants a
+# quota apart are exactly this far apart: the 5 ms are all there is against that jitter
+# (measured on a busy machine, before the gate and the kernel-stamped sink: 152 in a sliding
+# second at 150 QPS with 1.005 s; 102 at 100 QPS with 1.01 s).
+#
+# Why LATE_S is small (2 ms; it was 10): a backlogged group's log is self-clocked, so one of its
+# grant "lanes" cycles every 1 s + 5 ms + max(LATE_S, X), X being how late its job reached a
+# sender after the lane was free (the dispatcher's lateness plus the wait for a sender: one turn
+# of the event loop, 7 ms at the median under W3, 12 ms beside a busy loop). A larger LATE_S
+# hides the late part of X but is paid in the window by every job, late or not: the smallest
+# LATE_S loses least. The price is a restamp (capacity.rate, O(1) for the newest grant) for most
+# jobs of a busy worker instead of the late ones: about a microsecond each. Measured (`emq bench
+# dispatch --workload W3 --json`, three pairs alternated, 2026-11-25): sustained_min 0.9833-0.9867
+# against 0.98-0.9827 with 10 ms and 1.015 s, sliding_max 1.0 in both.
+GRANT_WINDOW_S = 1.007
 # A job sent more than this after its grant's stamp has its grant moved (see
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
-LATE_S = 0.010
+LATE_S = 0.002
+# The pacing bucket holds this much of the quota's accrual (QpsCounter.burst_s; the counter's
+# default is 30 ms): a dispatcher late to a backlogged group by up to this still grants every
+# grant its log freed meanwhile. A bucket that overflowed lost them for good (the log is
+# self-clocked: the lanes it held back stay behind). Beside a busy-loop competitor the event loop
+# stalls 30-50 ms several times a second (dispatch lateness p99 46-60 ms, max ~100 ms):
+# W3 --competitor went from 0.897-0.975 to 0.966-0.977 (sustained_min, four alternated pairs).
+# What it costs: after idle a group may send 1 + 0.1 x qps jobs at once (16 at 150 QPS) instead
+# of 5.5; every sliding window still holds at most its quota (the log bounds it, not the bucket).
+CATCH_UP_S = 0.1
 
 
 class GrantLog(QpsCounter):
@@ -366,7 +385,10 @@ class GroupState:
         self.epoch = epoch
         self.topic = topic
         self.counter: QpsCounter = GrantLog(
-            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
+            qps,
+            window_s=GRANT_WINDOW_S,
+            extra=burst_share(topic.topic, ref.index),
+            burst_s=CATCH_UP_S,
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).
