@@ -114,6 +114,7 @@ class MemoryQueueBackend(QueueBackend):
         self._closed = False
         self._streams: dict[QueueRef, _Log[bytes]] = {}
         self._committed: dict[QueueRef, _Committed] = {}
+        self._forgotten: dict[QueueRef, int] = {}  # entries removed above the checkpoint
         self._epochs: dict[GroupRef, int] = {}
         self._holders: dict[GroupRef, str] = {}  # group -> the worker process that claimed it
         self._delayed: dict[GroupRef, list[tuple[int, bytes]]] = {}  # sorted (due, member)
@@ -241,7 +242,8 @@ class MemoryQueueBackend(QueueBackend):
         if stream is None:
             return 0
         committed = self._committed.get(queue)
-        return max(0, stream.added - (committed.count if committed else 0))
+        gone = self._forgotten.get(queue, 0)  # (forget_finished: committed above the checkpoint)
+        return max(0, stream.added - (committed.count if committed else 0) - gone)
 
     # ------------------------------------------------------------------ delayed jobs
 
@@ -342,6 +344,26 @@ class MemoryQueueBackend(QueueBackend):
                 self._write_checkpoint(queue, offset, epoch)
             except Fenced:
                 fenced.add(queue.group)
+        return fenced
+
+    async def forget_finished(
+        self, items: Sequence[tuple[QueueRef, int, Sequence[Offset]]]
+    ) -> set[GroupRef]:
+        """Each (queue, epoch, offsets) in turn; the groups that were fenced."""
+        self._open()
+        fenced: set[GroupRef] = set()
+        for queue, epoch, offsets in items:
+            try:
+                self._fence(queue.group, epoch, f"forget of {queue.priority}")
+            except Fenced:
+                fenced.add(queue.group)
+                continue
+            stream, committed = self._streams.get(queue), self._committed.get(queue)
+            if stream is None:
+                continue
+            above = [o for o in offsets if committed is None or o > committed.offset]
+            gone = sum(1 for o in above if stream.pop(o) is not None)
+            self._forgotten[queue] = self._forgotten.get(queue, 0) + gone
         return fenced
 
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:

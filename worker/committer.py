@@ -99,6 +99,25 @@ class Committer:
             if moved is not None and not moved.dropped:
                 self._to_trim[q] = moved
 
+    async def forget_finished(self, groups: list[GroupState]) -> None:
+        """Remove from the store the entries ``groups`` finished above their checkpoints (call
+        it after :meth:`write_checkpoints`, when they are let go). The checkpoint stops below
+        the oldest unfinished entry, so the next owner would deliver them again: with keys,
+        a key's held job let a later job of another key be delivered first, and a release
+        forgets the held one (seen: six jobs delivered twice at a join, no crash)."""
+        items = [
+            (q, g.epoch, above)
+            for g in groups
+            if not g.dropped
+            for q, p in g.progress.items()
+            if (above := p.finished_above())
+        ]
+        if not items:
+            return
+        if self._before_checkpoint is not None:
+            await self._before_checkpoint()  # their job records first (see write_checkpoints)
+        self._drop_fenced(await self.queues.forget_finished(items), "fenced at forget")
+
     # ------------------------------------------------------------------ trimming
 
     async def trim_loop(self) -> None:

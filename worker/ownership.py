@@ -258,6 +258,7 @@ class Ownership:
         await self.outcomes.flush()
         try:
             await self.committer.write_checkpoints([group])
+            await self.committer.forget_finished([group])
             await self.committer.trim(group)
         except BackendUnavailable as e:
             log.warning("final checkpoint or trim of %s not written (%s)", group.ref, e)

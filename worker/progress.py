@@ -60,6 +60,11 @@ class Progress:
             self._window = self._done = None  # idle again: hold nothing until the next fetch
         return moved
 
+    def finished_above(self) -> list[Offset]:
+        """The entries finished above the committed offset (after :meth:`committable`), oldest
+        first: a newer entry ends before an older one that is held back (worker.keys) or slow."""
+        return sorted(self._done) if self._done else []
+
     def rewind(self) -> None:
         """Forget everything unfinished (its buffer was dropped): fetch again from the commit."""
         self._window = self._done = None

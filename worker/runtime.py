@@ -243,6 +243,7 @@ class Worker:
         try:
             await self.outcomes.flush()
             await self.checkpoint()
+            await self.committer.forget_finished(list(self.groups.values()))
             await self.trim()
             await self.recorder.flush(self.topics)
         except BackendUnavailable as e:

@@ -220,6 +220,47 @@ return refused
 )
 
 
+# KEYS: (stream, checkpoint, epoch) per item, all of one slot  ARGV: one string, a line
+# "<epoch> <offset> <offset> ..." per item -> the 1-based numbers of the items that were fenced
+# (and changed nothing). The others: each listed entry above the checkpoint is deleted and the
+# deleted are counted as committed (``n``: the backlog is entries-added less ``n``); one at or
+# below it is left to the trim (it is counted already).
+FORGET_MANY = (
+    FENCE
+    + OFFSETS
+    + """
+local function above(id, committed)
+  if not committed then return true end
+  local ms, seq = split_id(id)
+  local cms, cseq = split_id(committed)
+  return ms > cms or (ms == cms and seq > cseq)
+end
+local refused = {}
+local i = 0
+for line in string.gmatch(ARGV[1], '[^\\n]+') do
+  local k = 3 * i
+  i = i + 1
+  local epoch
+  local ids = {}
+  for word in string.gmatch(line, '%S+') do
+    if epoch then ids[#ids + 1] = word else epoch = word end
+  end
+  if fenced(KEYS[k + 3], epoch) then
+    refused[#refused + 1] = i
+  else
+    local committed = redis.call('HGET', KEYS[k + 2], 'o')
+    local gone = 0
+    for _, id in ipairs(ids) do
+      if above(id, committed) then gone = gone + redis.call('XDEL', KEYS[k + 1], id) end
+    end
+    if gone > 0 then redis.call('HINCRBY', KEYS[k + 2], 'n', gone) end
+  end
+end
+return refused
+"""
+)
+
+
 class RedisOwner(RedisQueueBase):
     """Claim, read, commit and trim the groups a worker owns; wait for ready signals."""
 
@@ -232,6 +273,7 @@ class RedisOwner(RedisQueueBase):
         self._release_holds = self._script(RELEASE_HOLDS)
         self._write_checkpoints = self._script(WRITE_CHECKPOINTS)
         self._trim_many = self._script(TRIM_MANY)
+        self._forget_many = self._script(FORGET_MANY)
         self._unread = self._script(UNREAD)
         # The claims' taken stamps (see CLAIM): on a standalone server only.
         self._taken_prefix = "" if self._cluster else self._keys.taken("")
@@ -373,6 +415,21 @@ class RedisOwner(RedisQueueBase):
         """
         batch = [(q.group, self._queue_keys(q), f"{e} {o}") for q, o, e in items]
         return await self._fenced_batch(self._write_checkpoints, batch, "write_checkpoints")
+
+    async def forget_finished(
+        self, items: Sequence[tuple[QueueRef, int, Sequence[Offset]]]
+    ) -> set[GroupRef]:
+        """Many removals of entries finished above the checkpoint, (queue, epoch, offsets)
+        each, in one round trip (FORGET_MANY per Cluster slot). Returns the groups with a fenced
+        item (those items removed nothing); never raises Fenced."""
+        batch = [
+            (q.group, self._queue_keys(q), " ".join([str(e), *map(str, offsets)]))
+            for q, e, offsets in items
+            if offsets
+        ]
+        if not batch:
+            return set()
+        return await self._fenced_batch(self._forget_many, batch, "forget_finished")
 
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
         """Many trims, (queue, epoch, retain) each, in one round trip.

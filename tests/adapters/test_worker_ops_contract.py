@@ -236,6 +236,47 @@ async def test_trim_many_applies_all_but_the_fenced_group(subject: Subject) -> N
     assert await backend.trim_many([]) == set()
 
 
+async def test_forget_finished_removes_entries_above_the_checkpoint_and_counts_them(
+    subject: Subject,
+) -> None:
+    backend, groups = subject.backend, spread_groups(6)
+    await assert_on_every_shard(subject, groups)
+    queues = [g.queue(MEDIUM) for g in groups]
+    offsets = {q: await put_n(backend, q, 8) for q in queues}
+    for g in groups:
+        await backend.claim(g, 1)
+    never = queues[5]  # nothing committed yet: its oldest entry is the one held back
+    written = [(q, o[1], 1) for q, o in offsets.items() if q != never]
+    assert await backend.write_checkpoints(written) == set()
+    fenced = groups[4]
+    await backend.claim(fenced, 9)
+    # Entries 3, 4 and 6 finished while 2 (and 5, 7) did not; 1 is at the checkpoint (the
+    # trim's: left); the never-committed queue finished all but its first.
+    asked = [
+        (q, 1, offsets[q][1:] if q == never else [offsets[q][i] for i in (1, 3, 4, 6)])
+        for q in queues
+    ]
+    assert await backend.forget_finished(asked) == {fenced}
+    for q in queues:
+        left = [e.offset for e in await read_all(backend, q)]
+        if q.group == fenced:
+            assert left == offsets[q]
+        elif q == never:
+            assert left == offsets[q][:1]
+        else:
+            assert left == [offsets[q][i] for i in (0, 1, 2, 5, 7)]
+    # The backlog counts them gone: entries added less those committed, removed ones included.
+    backlog = await backend.backlog(queues)
+    assert backlog == [6 if q.group == fenced else 1 if q == never else 3 for q in queues]
+    # A checkpoint that later passes them counts only what is left (no double count).
+    done = [(q, offsets[q][6], 1) for q in queues if q.group != fenced]
+    assert await backend.write_checkpoints(done) == set()
+    backlog = await backend.backlog(queues)
+    assert backlog == [6 if q.group == fenced else 0 if q == never else 1 for q in queues]
+    assert await backend.forget_finished([]) == set()
+    assert await backend.forget_finished([(q, 1, []) for q in queues[:2]]) == set()
+
+
 async def test_claim_groups_claims_each_and_reads_its_checkpoints_or_says_fenced(
     subject: Subject,
 ) -> None:

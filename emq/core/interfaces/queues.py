@@ -298,6 +298,21 @@ class GroupOwner(QueueProbe, Protocol):
         """
 
     @abc.abstractmethod
+    async def forget_finished(
+        self, items: Sequence[tuple[QueueRef, int, Sequence[Offset]]]
+    ) -> set[GroupRef]:
+        """For each ``(queue, epoch, offsets)``, remove the entries at ``offsets`` that lie above
+        the checkpoint (finished by the owner holding ``epoch``: delivered, retried or
+        dead-lettered while an older entry was not) and count them as committed, so the
+        backlog stays exact; returns the fenced groups (removed nothing).
+
+        A group let go with jobs finished above its checkpoint (a keyed job held behind its
+        key, a job parked for its endpoint's pace, a push that outlived the release grace: the
+        checkpoint stops below the oldest unfinished entry) would otherwise have them delivered
+        again by its next owner, with no crash to explain the duplicate.
+        """
+
+    @abc.abstractmethod
     async def trim_many(self, items: Sequence[tuple[QueueRef, int, int]]) -> set[GroupRef]:
         """For each ``(queue, epoch, retain)``, drop the entries at or below the checkpoint,
         keeping the newest ``retain`` of those; returns the fenced groups (trimmed nothing)."""
