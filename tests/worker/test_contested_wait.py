@@ -25,29 +25,14 @@ from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.interfaces.queues import PutItem
 from emq.core.job import Envelope, Job
 from emq.core.model import GroupRef, Namespace, Priority, Tenant, Topic, TopicRef
+from tests.worker.scripted import Scripted
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
 
 WAIT_S = 1.0  # the contested wait in these tests
 TOPIC = TopicRef(Namespace.ONLINE, "t", "orders")
 G0, G1 = TOPIC.group(0), TOPIC.group(1)
 DEAD = "w-dead/1/0000"  # the former holder: it claimed both groups and never let go
-
-
-class Scripted(StandaloneAssignment):
-    """An assignment the test sets (``assign``), not the config store; what the worker
-    released, in order."""
-
-    def __init__(self, config: MemoryConfigStore) -> None:
-        super().__init__(config, Namespace.ONLINE)
-        self.released: list[tuple[GroupRef, int]] = []
-
-    async def run(self) -> None:
-        return None  # (the standalone source would follow the topics)
-
-    async def release(self, group: GroupRef, epoch: int) -> None:
-        self.released.append((group, epoch))
 
 
 class Recording(Pusher):

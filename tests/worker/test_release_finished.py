@@ -28,28 +28,14 @@ from adapters.memory_queue import MemoryQueueBackend
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.interfaces.queues import PutItem
 from emq.core.job import Envelope, Job
-from emq.core.model import GroupRef, Namespace, Priority, Tenant, Topic, TopicRef
+from emq.core.model import Namespace, Priority, Tenant, Topic, TopicRef
+from tests.worker.scripted import Scripted
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
-from worker.standalone import StandaloneAssignment
 
 TOPIC = TopicRef(Namespace.ONLINE, "t", "orders")
 G0 = TOPIC.group(0)
 QUEUE = G0.queue(Priority.MEDIUM)
-
-
-class Scripted(StandaloneAssignment):
-    """An assignment the test sets (``assign``); what the worker released."""
-
-    def __init__(self, config: MemoryConfigStore) -> None:
-        super().__init__(config, Namespace.ONLINE)
-        self.released: list[tuple[GroupRef, int]] = []
-
-    async def run(self) -> None:
-        return None
-
-    async def release(self, group: GroupRef, epoch: int) -> None:
-        self.released.append((group, epoch))
 
 
 class Recording(Pusher):
