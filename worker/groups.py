@@ -84,15 +84,14 @@ GRANT_WINDOW_S = 1.007
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
 LATE_S = 0.002
-# The pacing bucket holds this much of the quota's accrual (QpsCounter.burst_s; the counter's
-# default is 30 ms): a dispatcher late to a backlogged group by up to this still grants every
-# grant its log freed meanwhile. A bucket that overflowed lost them for good (the log is
-# self-clocked: the lanes it held back stay behind). Beside a busy-loop competitor the event loop
-# stalls 30-50 ms several times a second (dispatch lateness p99 46-60 ms, max ~100 ms):
-# W3 --competitor went from 0.897-0.975 to 0.966-0.977 (sustained_min, four alternated pairs).
-# What it costs: after idle a group may send 1 + 0.1 x qps jobs at once (16 at 150 QPS) instead
-# of 5.5; every sliding window still holds at most its quota (the log bounds it, not the bucket).
-CATCH_UP_S = 0.1
+# The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). A 100 ms bucket was
+# tried (2026-11-25): beside a busy loop the event loop stalls 30-50 ms several times a second and
+# every stall overflows a 30 ms bucket, so W3 --competitor rose from 0.90-0.975 to 0.97-0.977
+# (sustained_min, four alternated pairs). It was taken back: the grants a bucket lets out at one
+# instant stay together in the self-clocked log, so a group sent 16 at once every 1.007 s, and a
+# wall-clock second that fell between two such bursts held 134 at 150 QPS (CI, and 7 of 200
+# simulated quota changes; 144 at worst with 30 ms). Recovering a stall without that needs the
+# overflow paid back paced (a credit drained a little faster than the quota), not at once.
 
 
 class GrantLog(QpsCounter):
@@ -385,10 +384,7 @@ class GroupState:
         self.epoch = epoch
         self.topic = topic
         self.counter: QpsCounter = GrantLog(
-            qps,
-            window_s=GRANT_WINDOW_S,
-            extra=burst_share(topic.topic, ref.index),
-            burst_s=CATCH_UP_S,
+            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).
