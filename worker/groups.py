@@ -62,16 +62,25 @@ from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
 
-# Each grant counts for GRANT_WINDOW_S = 1 s + LATE_S + 5 ms: a job goes out at most LATE_S after
-# its grant's stamp (later, the stamp moves to LATE_S before its send), plus the time from the
-# sender's check to its write (measured beside a busy-loop competitor, W3: p99.9 1.7 ms, p99.99
-# 5.3 ms, max 18 ms), loopback and the receiver's kernel stamp. A backlogged group's grants a
-# quota apart are exactly this far apart: the 5 ms are all there is against that jitter
-# (measured on a busy machine, before the gate and the kernel-stamped sink: 152 in a sliding
-# second at 150 QPS with 1.005 s; 102 at 100 QPS with 1.01 s).
+# Each grant counts for a window of 1 s + LATE_S + the pusher's write margin
+# (emq.core.interfaces.Pusher.write_margin_s): a job goes out at most LATE_S after its grant's
+# stamp (later, the stamp moves to LATE_S before its send), plus the time from the last look at
+# its grant to its write, loopback and the receiver's kernel stamp. A backlogged group's grants
+# a quota apart are exactly this far apart: the margin is all there is against that jitter.
+# The lean client asks the grant (the request's gate) right before each write, so its margin
+# is a millisecond, and a write later than that (the CPU taken away between the gate and the
+# write: p99.99 1.7-3.6 ms beside a busy loop) has its grant moved to the write afterwards
+# (worker.runtime._written_late), before the grant a quota later is made. The aiohttp client
+# is looked at only when its push starts, and writes after its own awaits: 5 ms (its check to
+# write measured beside a busy loop: p99.9 1.7 ms, p99.99 5.3 ms, max 18 ms; on a busy machine,
+# before the kernel-stamped sink, 1.005 s let 152 into a sliding second at 150 QPS).
+# Each millisecond of the window is 0.1 % of a backlogged group's rate: 1.003 s against 1.007
+# (`emq bench dispatch --workload W3 [--competitor] --json`, alternated pairs, 2026-11-25:
+# sustained_min +0.2 to +0.66 % in each of five pairs, sliding_max 1.0 but one 1.0067, the
+# slack of one the promise allows a group).
 #
 # Why LATE_S is small (2 ms; it was 10): a backlogged group's log is self-clocked, so one of its
-# grant "lanes" cycles every 1 s + 5 ms + max(LATE_S, X), X being how late its job reached a
+# grant "lanes" cycles every 1 s + margin + max(LATE_S, X), X being how late its job reached a
 # sender after the lane was free (the dispatcher's lateness plus the wait for a sender: one turn
 # of the event loop, 7 ms at the median under W3, 12 ms beside a busy loop). A larger LATE_S
 # hides the late part of X but is paid in the window by every job, late or not: the smallest
@@ -79,11 +88,18 @@ from worker.progress import Progress
 # jobs of a busy worker instead of the late ones: about a microsecond each. Measured (`emq bench
 # dispatch --workload W3 --json`, three pairs alternated, 2026-11-25): sustained_min 0.9833-0.9867
 # against 0.98-0.9827 with 10 ms and 1.015 s, sliding_max 1.0 in both.
-GRANT_WINDOW_S = 1.007
 # A job sent more than this after its grant's stamp has its grant moved (see
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
 LATE_S = 0.002
+
+
+def grant_window_s(write_margin_s: float) -> float:
+    """The window each grant counts for, with a pusher of this write margin (see above)."""
+    return 1.0 + LATE_S + write_margin_s
+
+
+GRANT_WINDOW_S = grant_window_s(0.001)  # the lean client's (the default)
 # The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). A 100 ms bucket was
 # tried (2026-11-25): beside a busy loop the event loop stalls 30-50 ms several times a second and
 # every stall overflows a 30 ms bucket, so W3 --competitor rose from 0.90-0.975 to 0.97-0.977
@@ -288,10 +304,12 @@ class TopicState:
         "stats",
         "tenant_share",
         "topic",
+        "window_s",
     )
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: Topic, window_s: float = GRANT_WINDOW_S) -> None:
         self.topic = topic
+        self.window_s = window_s  # its groups' pacing window (grant_window_s: the pusher's)
         self.tenant_share: int | None = None  # its share of its tenant's cap (worker.tenant_quota)
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
@@ -384,7 +402,7 @@ class GroupState:
         self.epoch = epoch
         self.topic = topic
         self.counter: QpsCounter = GrantLog(
-            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
+            qps, window_s=topic.window_s, extra=burst_share(topic.topic, ref.index)
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).

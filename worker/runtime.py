@@ -47,7 +47,7 @@ from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
 from worker.endpoints import follow
 from worker.fetch import Fetcher
-from worker.groups import LATE_S, Buffered, GroupState, TopicState
+from worker.groups import LATE_S, Buffered, GroupState, TopicState, grant_window_s
 from worker.history import HistoryRecorder
 from worker.holds import Holds
 from worker.joblog import JobLog
@@ -91,6 +91,9 @@ class Worker:
         self.config = config
         self.assignment = assignment
         self.pusher = pusher
+        # The grant of a late push is looked at when it starts unless its gate is asked right
+        # before its write (_gate): a look at both would move most late grants twice.
+        self._late_at_push = not pusher.gate_before_write
         self.max_group_qps = max_group_qps
         self.topics: dict[TopicRef, TopicState] = {}
         self.groups: dict[str, GroupState] = {}
@@ -275,7 +278,8 @@ class Worker:
         for ref, topic in topics.items():
             state = self.topics.get(ref)
             if state is None:
-                state = self.topics[ref] = TopicState(topic)
+                window_s = grant_window_s(self.pusher.write_margin_s)
+                state = self.topics[ref] = TopicState(topic, window_s)
                 follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
                 continue
             old, state.topic = state.topic, topic
@@ -382,7 +386,8 @@ class Worker:
         now = time.time()
         if item.lent_by is not None and item.lent_by.stopped and not self._unlend(group, item):
             return  # (its lender let go meanwhile: its budget is its next owner's now)
-        if now - item.reserved_at > LATE_S and not self._reserve_again(group, item, now):
+        late = self._late_at_push and now - item.reserved_at > LATE_S
+        if late and not self._reserve_again(group, item, now):
             return
         job = item.delivery
         state = group.topic
@@ -412,6 +417,8 @@ class Worker:
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
+        if result.sent_at - item.reserved_at > state.window_s - 1.0:  # (0.0: not known)
+            self._written_late(group, item, result.sent_at)
         if state.rates is not None:
             state.rates.pushed(item, result, time.monotonic())  # (its endpoint's rate, streak)
         if 200 <= result.status < 300:
@@ -460,6 +467,17 @@ class Worker:
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())
         return False
+
+    def _written_late(self, group: GroupState, item: Buffered, sent_at: float) -> None:
+        """A request written later after its grant's stamp than the window allows for (LATE_S
+        and the pusher's write margin: the CPU was taken away between its gate and its write)
+        has its grant moved to its write, as if it had been granted then: the grant a quota
+        later waits a window after it (a second later; the answer comes sooner, or the window
+        counts it as it was). Always possible: a stamp moves later (QpsCounter.restamp)."""
+        lender = item.lent_by
+        counter = lender.counter if lender is not None else group.counter
+        if time.time() - item.reserved_at < group.topic.window_s:  # (still in its log)
+            counter.restamp(item.reserved_at, sent_at)
 
     def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:
         """Whatever else a push raised ends that job: text that cannot be encoded (a stored job

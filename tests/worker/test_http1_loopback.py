@@ -9,6 +9,7 @@ import ipaddress
 import socket
 import ssl
 import struct
+import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any
@@ -110,9 +111,10 @@ async def test_keep_alive_carries_every_request_on_one_connection(pusher: LeanPu
     assert rx.requests[0].startswith(b"POST /hook HTTP/1.1\r\nHost: 127.0.0.1:%d\r\n" % rx.port)
 
 
-async def test_a_push_that_opened_a_connection_asks_its_gate_before_writing(
-    pusher: LeanPusher,
-) -> None:
+async def test_every_push_asks_its_gate_right_before_writing(pusher: LeanPusher) -> None:
+    # The worker's pacing window has a millisecond for what lies between a request's last
+    # look at its quota grant and its write (LeanPusher.write_margin_s): the gate is asked
+    # right before every write, on a new connection and on a kept one alike.
     asked: list[bool] = []
 
     def gate(answer: bool) -> Callable[[], bool]:
@@ -123,16 +125,23 @@ async def test_a_push_that_opened_a_connection_asks_its_gate_before_writing(
             await pusher.push(_req(rx.url())._replace(gate=gate(False)))
         await asyncio.sleep(0.05)  # (the receiver would have read a request by now)
         assert (asked, rx.connections, rx.requests) == ([False], 1, [])
-        assert pusher.connections == 1  # kept: the next push takes it without a gate
-        assert (await pusher.push(_req(rx.url())._replace(gate=gate(False)))).status == 200
-        assert asked == [False] and len(rx.requests) == 1
+        assert pusher.connections == 1  # kept for the next push
+        with pytest.raises(NotSent):  # the kept connection, the gate says no: nothing written
+            await pusher.push(_req(rx.url())._replace(gate=gate(False)))
+        await asyncio.sleep(0.05)
+        assert (asked, rx.connections, rx.requests) == ([False, False], 1, [])
+        before = time.time()
+        result = await pusher.push(_req(rx.url())._replace(gate=gate(True)))
+        assert result.status == 200 and asked == [False, False, True]
+        assert before <= result.sent_at <= time.time()  # when it was written: after the gate
+        assert len(rx.requests) == 1 and rx.connections == 1 and pusher.connections == 1
         # The first connection busy (its next request hangs): a second one, the gate asked.
         rx.script = lambda c, n: None if (c, n) == (0, 1) else OK
         hanging = asyncio.create_task(pusher.push(_req(rx.url())))
         while len(rx.requests) < 2:
             await asyncio.sleep(0.01)
         assert (await pusher.push(_req(rx.url())._replace(gate=gate(True)))).status == 200
-        assert asked == [False, True] and rx.connections == 2
+        assert asked == [False, False, True, True] and rx.connections == 2
         hanging.cancel()
         with pytest.raises(asyncio.CancelledError):
             await hanging

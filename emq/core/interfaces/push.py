@@ -17,10 +17,11 @@ class PushRequest(NamedTuple):
     headers: Mapping[str, str]
     body: bytes | None
     endpoint: str  # the concurrency-cap key: one topic's endpoint
-    # Asked just before the request is written when the pusher had to wait first (a new
-    # connection: resolving, connecting, the TLS handshake): False and nothing is written, the
-    # push raises :class:`NotSent`. The worker's quota was granted before the wait; a receiver
-    # counts the request when it arrives (worker.runtime: ``_gate``).
+    # Asked just before the request is written: False and nothing is written, the push raises
+    # :class:`NotSent`. The worker's quota was granted before (before a wait for a new
+    # connection too: resolving, connecting, the TLS handshake); a receiver counts the request
+    # when it arrives (worker.runtime: ``_gate``). A client that cannot ask right before its
+    # write says how late after its last look it may write (:attr:`Pusher.write_margin_s`).
     gate: Callable[[], bool] | None = None
 
 
@@ -35,10 +36,25 @@ class PushResult(NamedTuple):
     elapsed_s: float
     retry_after_s: float | None = None
     error: str | None = None
+    # Wall-clock time just after the request was written (0.0: not known). The worker moves
+    # the request's quota grant there when the write came later than the grant allowed
+    # (worker.runtime: ``_written_late``).
+    sent_at: float = 0.0
 
 
 class Pusher(AsyncResource):
     """Delivers HTTP requests (one session, fixed sender pool, per-endpoint caps)."""
+
+    # How long after the worker's last look at a request's quota grant (its ``gate``, or the
+    # start of the push for a client that does not ask it before writing) the request may
+    # reach its socket. The worker's pacing window is one second plus this (worker.groups:
+    # ``grant_window_s``), so what a receiver counts in any second stays within the quota. A
+    # client that asks the gate right before each write needs a millisecond (the lean one);
+    # the default is what a push's own awaits before its write can take on a busy machine.
+    write_margin_s: float = 0.005
+    # True: the gate is asked right before every write (the worker then looks at the grant
+    # there only: a look when the push starts too would move most late grants twice).
+    gate_before_write: bool = False
 
     @abc.abstractmethod
     async def push(self, request: PushRequest) -> PushResult:
