@@ -15,13 +15,15 @@ import asyncio
 import contextlib
 import os
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from adapters.memory_config import MemoryConfigStore
+from adapters.memory_queue import MemoryQueueBackend
 from capacity import group_count
 from emq.api.enqueue import Enqueuer
 from emq.compose import open_config, open_queues
@@ -59,6 +61,26 @@ async def worker_in_loop(
             await asyncio.wait_for(running, 10)
         finally:
             following.cancel()
+
+
+async def push_backlog(
+    name: str, qps: int, jobs: int, pusher: Pusher, pushed: Callable[[], int], **settings: Any
+) -> None:
+    """A topic ``name`` of one group at ``qps`` on the in-memory backends, ``jobs`` jobs to a far
+    host enqueued at once, and a worker in this loop pushing them through ``pusher`` until
+    ``pushed()`` (what the pusher counts) reaches ``jobs`` (20 s at most)."""
+    queues, config = MemoryQueueBackend(), MemoryConfigStore()
+    ref = TopicRef(Namespace.ONLINE, "acme", name)
+    await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
+    await config.create_topic(Topic(ref, qps, 1))
+    items = [{"url": f"https://far.example/{i}"} for i in range(jobs)]
+    await Enqueuer(config, queues).enqueue(ref, items, batch=True)
+    async with worker_in_loop(config, queues, pusher, **settings) as running:
+        deadline = time.monotonic() + 20
+        while pushed() < jobs and time.monotonic() < deadline:
+            assert not running.done(), running
+            await asyncio.sleep(0.02)
+        await asyncio.sleep(0.3)  # (a duplicate would show by now)
 
 
 @pytest.fixture

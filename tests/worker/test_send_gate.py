@@ -14,12 +14,9 @@ import time
 
 import pytest
 
-from adapters.memory_config import MemoryConfigStore
-from adapters.memory_queue import MemoryQueueBackend
-from emq.api.enqueue import Enqueuer
+from emq.bench.promises import busiest_window
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
-from emq.core.model import Namespace, Tenant, Topic, TopicRef
-from tests.worker.conftest import worker_in_loop
+from tests.worker.conftest import push_backlog
 
 QPS = 10
 CONNECT_S = 0.6
@@ -53,25 +50,10 @@ class _SlowConnects(Pusher):
         return None
 
 
-def _busiest_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for u in times[i:] if u < t + 1.0) for i, t in enumerate(times))
-
-
 async def _run(obey_gate: bool) -> _SlowConnects:
-    queues, config = MemoryQueueBackend(), MemoryConfigStore()
-    ref = TopicRef(Namespace.ONLINE, "acme", "far")
-    await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
-    await config.create_topic(Topic(ref, QPS, 1))
-    jobs = [{"url": f"https://far.example/{i}"} for i in range(JOBS)]
-    await Enqueuer(config, queues).enqueue(ref, jobs, batch=True)
     pusher = _SlowConnects(obey_gate)
-    async with worker_in_loop(config, queues, pusher, senders=16, senders_min=16) as running:
-        deadline = time.monotonic() + 20
-        while len(pusher.sent) < JOBS and time.monotonic() < deadline:
-            assert not running.done(), running
-            await asyncio.sleep(0.02)
-        await asyncio.sleep(0.3)  # (a duplicate would show by now)
+    pushed = lambda: len(pusher.sent)  # noqa: E731
+    await push_backlog("far", QPS, JOBS, pusher, pushed, senders=16, senders_min=16)
     return pusher
 
 
@@ -82,7 +64,7 @@ async def test_pushes_that_waited_for_a_connection_keep_every_second_within_the_
     pusher = await _run(obey_gate)
     urls = [url for _, url in pusher.sent]
     assert sorted(urls) == sorted(f"https://far.example/{i}" for i in range(JOBS))  # once each
-    busiest = _busiest_second([at for at, _ in pusher.sent])
+    busiest = busiest_window(sorted(at for at, _ in pusher.sent))
     if obey_gate:
         assert pusher.refused == 0  # each waited less than a window: granted again, sent
         assert busiest <= QPS + 1, busiest  # the promise: qps (+1 per group) in any 1000 ms

@@ -9,17 +9,13 @@ sliding second over those write times is what a receiver would count."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 
 import pytest
 
-from adapters.memory_config import MemoryConfigStore
-from adapters.memory_queue import MemoryQueueBackend
-from emq.api.enqueue import Enqueuer
+from emq.bench.promises import busiest_window
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
-from emq.core.model import Namespace, Tenant, Topic, TopicRef
-from tests.worker.conftest import worker_in_loop
+from tests.worker.conftest import push_backlog
 from worker.runtime import Worker
 
 QPS = 20
@@ -47,31 +43,16 @@ class _LateWrites(Pusher):
         return None
 
 
-def _busiest_second(times: list[float]) -> int:
-    times = sorted(times)
-    return max(sum(1 for u in times[i:] if u < t + 1.0) for i, t in enumerate(times))
-
-
 async def _run() -> _LateWrites:
-    queues, config = MemoryQueueBackend(), MemoryConfigStore()
-    ref = TopicRef(Namespace.ONLINE, "acme", "late")
-    await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
-    await config.create_topic(Topic(ref, QPS, 1))
-    jobs = [{"url": f"https://far.example/{i}"} for i in range(JOBS)]
-    await Enqueuer(config, queues).enqueue(ref, jobs, batch=True)
     pusher = _LateWrites()
-    async with worker_in_loop(config, queues, pusher) as running:
-        deadline = time.monotonic() + 20
-        while len(pusher.written) < JOBS and time.monotonic() < deadline:
-            assert not running.done(), running
-            await asyncio.sleep(0.02)
+    await push_backlog("late", QPS, JOBS, pusher, lambda: len(pusher.written))
     assert len(pusher.written) == JOBS
     return pusher
 
 
 async def test_a_late_write_moves_its_grant_and_every_second_holds_the_quota() -> None:
     pusher = await _run()
-    assert _busiest_second(pusher.written) <= QPS  # not even the slack of one
+    assert busiest_window(sorted(pusher.written)) <= QPS  # not even the slack of one
 
 
 @pytest.mark.serial  # (judges timing: the lane a quota later must go within 27 ms of its time)
@@ -82,4 +63,4 @@ async def test_without_the_move_a_receiver_would_count_more(
     # write goes a window after its grant, 30 ms less than a second after that write.
     monkeypatch.setattr(Worker, "_written_late", lambda self, group, item, sent_at: None)
     pusher = await _run()
-    assert _busiest_second(pusher.written) > QPS
+    assert busiest_window(sorted(pusher.written)) > QPS
