@@ -48,9 +48,9 @@ class Pusher(AsyncResource):
     # How long after the worker's last look at a request's quota grant (its ``gate``, or the
     # start of the push for a client that does not ask it before writing) the request may
     # reach its socket. The worker's pacing window is one second plus this (worker.groups:
-    # ``grant_window_s``), so what a receiver counts in any second stays within the quota. A
-    # client that asks the gate right before each write needs a millisecond (the lean one);
-    # the default is what a push's own awaits before its write can take on a busy machine.
+    # ``grant_window_s``), so what a receiver counts in any second stays within the quota. The
+    # default is what a push's own awaits before its write can take on a busy machine; the lean
+    # client keeps it too (see worker.http1.pusher).
     write_margin_s: float = 0.005
     # True: the gate is asked right before every write (the worker then looks at the grant
     # there only: a look when the push starts too would move most late grants twice).
