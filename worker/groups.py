@@ -62,14 +62,14 @@ from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
 
-# Each grant counts for a window of 1 s + LATE_S + the pusher's write margin
-# (emq.core.interfaces.Pusher.write_margin_s): a job goes out at most LATE_S after its grant's
-# stamp (later, the stamp moves to LATE_S before its send), plus the time from the last look at
-# its grant to its write, loopback and the receiver's kernel stamp. A backlogged group's grants
-# a quota apart are exactly this far apart: the margin is all there is against that jitter.
+# Each grant counts for GRANT_WINDOW_S = 1 s + LATE_S + a 5 ms margin: a job goes out at most
+# LATE_S after its grant's stamp (later, the stamp moves to LATE_S before its send), plus the
+# time from the last look at its grant to its write, loopback and the receiver's kernel stamp.
+# A backlogged group's grants a quota apart are exactly this far apart: the margin is all there
+# is against that jitter.
 # The lean client asks the grant (the request's gate) right before each write, and a write later
 # than the margin has its grant moved to the write afterwards (worker.runtime._written_late),
-# before the grant a quota later is made. The margin is 5 ms for both clients (aiohttp writes
+# before the grant a quota later is made. The margin is the same for both clients (aiohttp writes
 # after awaits of its own; its check to write measured beside a busy loop: p99.9 1.7 ms, p99.99
 # 5.3 ms, max 18 ms; on a busy machine, before the kernel-stamped sink, 1.005 s let 152 into a
 # sliding second at 150 QPS). Each millisecond is 0.1 % of a backlogged group's rate: the lean
@@ -92,14 +92,10 @@ from worker.progress import Progress
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
 LATE_S = 0.002
-
-
-def grant_window_s(write_margin_s: float) -> float:
-    """The window each grant counts for, with a pusher of this write margin (see above)."""
-    return 1.0 + LATE_S + write_margin_s
-
-
-GRANT_WINDOW_S = grant_window_s(0.005)  # both clients' (see above)
+GRANT_WINDOW_S = 1.0 + LATE_S + 0.005
+# A push written later than this after its grant's stamp has its grant moved to the write
+# (worker.runtime._written_late).
+WRITTEN_LATE_S = GRANT_WINDOW_S - 1.0
 # The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). A 100 ms bucket was
 # tried (2026-11-25): beside a busy loop the event loop stalls 30-50 ms several times a second and
 # every stall overflows a 30 ms bucket, so W3 --competitor rose from 0.90-0.975 to 0.97-0.977
@@ -304,12 +300,10 @@ class TopicState:
         "stats",
         "tenant_share",
         "topic",
-        "window_s",
     )
 
-    def __init__(self, topic: Topic, window_s: float = GRANT_WINDOW_S) -> None:
+    def __init__(self, topic: Topic) -> None:
         self.topic = topic
-        self.window_s = window_s  # its groups' pacing window (grant_window_s: the pusher's)
         self.tenant_share: int | None = None  # its share of its tenant's cap (worker.tenant_quota)
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
@@ -402,7 +396,7 @@ class GroupState:
         self.epoch = epoch
         self.topic = topic
         self.counter: QpsCounter = GrantLog(
-            qps, window_s=topic.window_s, extra=burst_share(topic.topic, ref.index)
+            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).

@@ -21,7 +21,8 @@ class PushRequest(NamedTuple):
     # :class:`NotSent`. The worker's quota was granted before (before a wait for a new
     # connection too: resolving, connecting, the TLS handshake); a receiver counts the request
     # when it arrives (worker.runtime: ``_gate``). A client that cannot ask right before its
-    # write says how late after its last look it may write (:attr:`Pusher.write_margin_s`).
+    # write (aiohttp) writes within the pacing window's margin of the push's start
+    # (worker.groups: ``GRANT_WINDOW_S``).
     gate: Callable[[], bool] | None = None
 
 
@@ -45,13 +46,6 @@ class PushResult(NamedTuple):
 class Pusher(AsyncResource):
     """Delivers HTTP requests (one session, fixed sender pool, per-endpoint caps)."""
 
-    # How long after the worker's last look at a request's quota grant (its ``gate``, or the
-    # start of the push for a client that does not ask it before writing) the request may
-    # reach its socket. The worker's pacing window is one second plus this (worker.groups:
-    # ``grant_window_s``), so what a receiver counts in any second stays within the quota. The
-    # default is what a push's own awaits before its write can take on a busy machine; the lean
-    # client keeps it too (see worker.http1.pusher).
-    write_margin_s: float = 0.005
     # True: the gate is asked right before every write (the worker then looks at the grant
     # there only: a look when the push starts too would move most late grants twice).
     gate_before_write: bool = False
