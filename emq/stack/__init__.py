@@ -8,6 +8,7 @@ start is what an operator starts. The ports come from the settings (``EMQ_REDIS_
 from __future__ import annotations
 
 import ipaddress
+import random
 import socket
 import subprocess
 from dataclasses import dataclass
@@ -126,9 +127,38 @@ def local_stack(settings: Settings) -> tuple[Service, Service]:
     )
 
 
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+FREE_PORT_TRIES = 200
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = EPHEMERAL_RANGE.read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def free_port() -> int:
-    """A TCP port nobody listens on right now (for tests and throwaway servers)."""
-    with socket.socket() as s:
+    """A TCP port nobody uses on loopback right now (for tests and throwaway servers).
+
+    Picked at random *below* the kernel's ephemeral range. ``bind(0)`` would hand out a port of
+    that range, which every outgoing connection of every process also draws its local port from:
+    between this call and the server's bind, a client elsewhere (a parallel test, a worker) could
+    take it, and the server would fail with "Address already in use". Below the range only
+    another ``free_port`` caller can race, one chance in thousands.
+    """
+    low, _ = _ephemeral_range()
+    first = 10_000 if low > 12_000 else 1_024
+    for _ in range(FREE_PORT_TRIES):
+        port = random.randrange(first, low)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as s:  # the range below is full: fall back to the kernel's choice
         s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
+        chosen: int = s.getsockname()[1]
+        return chosen

@@ -164,3 +164,21 @@ def test_config_show_reports_effective_settings(stack_env: dict[str, str], tmp_p
     assert "hunter2" not in done.stdout
     assert shown["EMQ_REDIS_URL"]["value"] == stack_env["EMQ_REDIS_URL"]
     assert shown["EMQ_REDIS_URL"]["source"] == "env"
+
+
+def test_free_port_is_bindable_and_outside_the_range_outgoing_connections_draw_from() -> None:
+    """CI once saw ``emq api`` fail with "Address already in use" on a port from ``free_port``:
+    a port of the ephemeral range can be taken by any client's connect before the server binds.
+    """
+    import socket
+
+    from emq.stack import _ephemeral_range
+
+    low, _ = _ephemeral_range()
+    ports = {free_port() for _ in range(50)}
+    assert all(port < low for port in ports), sorted(ports)
+    assert len(ports) > 40  # drawn at random, not one port handed out again and again
+    for port in list(ports)[:5]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", port))
+            s.listen()
