@@ -162,6 +162,12 @@ class StampedServer:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        # Asked here, before anyone connects, not only on each accepted socket: the kernel
+        # stamps packets only while some socket asks for stamps (and turns that on a moment
+        # after the first asks), so a request that came before its connection was accepted
+        # had no stamp and took the read's time, a stall late (a worker's first requests all
+        # go on new connections). Accepted sockets inherit the option.
+        _stamp_option(sock)
         sock.bind((host, port))
         sock.listen(backlog)
         sock.setblocking(False)

@@ -83,6 +83,33 @@ async def test_an_arrival_is_stamped_when_the_kernel_received_it_not_when_the_si
     assert abs(second.at - sent[1]) < 0.05, (second.at - sent[1], stalled_until - sent[1])
 
 
+def _request_on_a_new_connection(port: int, sent: list[float]) -> None:
+    with socket.create_connection(("127.0.0.1", port)) as sock:
+        sent.append(time.time())
+        head = b"POST /t/new HTTP/1.1\r\nHost: x\r\nwebhook-id: n\r\nContent-Length: 2\r\n"
+        sock.sendall(head + b"\r\n{}")
+        assert sock.recv(1024).startswith(b"HTTP/1.1 200")
+
+
+async def test_the_first_request_of_a_connection_not_yet_accepted_is_stamped_on_arrival() -> None:
+    # A worker's first requests go on new connections, which a stalled sink accepts late. The
+    # kernel stamps a packet only while some socket asks for stamps: asked only on the accepted
+    # socket, a first request that came before the accept was stamped at the read, a stall
+    # late, and a sliding window starting there held one lane more than the worker sent (CI saw
+    # 152 at 150 QPS). The listener asks before it listens (emq.rigs.stamped).
+    sent: list[float] = []
+    async with Sink().serving() as sink:
+        thread = threading.Thread(target=_request_on_a_new_connection, args=(sink.port, sent))
+        thread.start()
+        time.sleep(0.3)  # noqa: ASYNC251 (the point: the sink's loop stalls before the accept)
+        stalled_until = time.time()
+        assert await sink.wait_for(lambda: len(sink.deliveries) == 1, 5)
+        await asyncio.get_running_loop().run_in_executor(None, thread.join, 5)
+    (delivery,) = sink.deliveries
+    assert sent[0] < stalled_until - 0.2  # sent well inside the stall
+    assert abs(delivery.at - sent[0]) < 0.05, (delivery.at - sent[0], stalled_until - sent[0])
+
+
 async def test_a_hung_request_is_held_until_the_client_gives_up_or_the_sink_ends() -> None:
     async with Sink().serving() as sink, aiohttp.ClientSession() as session:
         sink.behaviour["stuck"].hang = True
