@@ -209,7 +209,13 @@ class QpsCounter:
         where the receiver sees it; returns the new stamp. Always possible while the old stamp
         is in the last window (every window holding the new stamp and ending by ``now`` held
         the old one too), and free (no token: it was paid); a grant older than a window is gone
-        from the log, and this is a new :meth:`reserve` of one. None: no budget now."""
+        from the log, and this is a new :meth:`reserve` of one. None: no budget now.
+
+        ``now`` may lie before times the counter was asked at since (a request's write, told
+        when its answer came, the dispatcher granting meanwhile): the stamp goes to the write,
+        not to the counter's clock. Later than the send, a stamp would hold back the grants
+        after it for nothing (the window counts a request where the receiver saw it)."""
+        at = now  # (_advance returns the counter's clock: later, when now lies before it)
         now = self._advance(now)
         self._log_room(now)  # (drops stamps a window old)
         log = self._log
@@ -217,7 +223,7 @@ class QpsCounter:
             # The newest grant (a backlogged group's log frees one or two at a time): its stamp
             # moves later, the log stays sorted. (Of equal stamps, moving the last leaves the
             # same log as moving any.)
-            stamp = max(granted_at, now - self.back_s)
+            stamp = max(granted_at, at - self.back_s)
             log[-1] = stamp
             return stamp
         if log and log[0] <= granted_at <= log[-1]:
@@ -229,7 +235,7 @@ class QpsCounter:
             i = bisect_right(log, granted_at) - 1
             if log[i] == granted_at:
                 del log[i]
-                stamp = max(granted_at, now - self.back_s)
+                stamp = max(granted_at, at - self.back_s)
                 if not log or stamp >= log[-1]:
                     log.append(stamp)
                 else:

@@ -430,3 +430,46 @@ def test_only_a_grant_the_log_held_back_is_back_dated() -> None:
     assert c.reserve(1, t + 2.017) == 1 and abs(c.newest - (t + 2.012)) < 1e-6
     # Long after the log last held it back (an idle group): stamped when made again.
     assert c.reserve(1, t + 9.0) == 1 and c.newest == t + 9.0
+
+
+def test_a_grant_moved_to_a_write_told_late_goes_to_the_write_not_the_counters_clock() -> None:
+    # A request written 20 ms after its grant's stamp and told 30 ms later (its answer), while
+    # the dispatcher asked the counter meanwhile: moved to the write, less back_s. At the
+    # counter's clock it would sit after the write, holding the grant a window later back.
+    c = _BackDated(10, burst_s=0.0)
+    t = 1_700_000_000.0
+    assert c.reserve(1, t) == 1 and c.newest == t
+    c.available(t + 0.05)  # (the dispatcher, meanwhile)
+    assert c.restamp(t, t + 0.02) == t + 0.02 - c.back_s
+    assert list(c._log) == [t + 0.02 - c.back_s]
+    assert c.reserve(1, t + 0.15) == 1  # a newer grant: the next move is into the log's middle
+    assert c.restamp(t + 0.02 - c.back_s, t + 0.03) == t + 0.03 - c.back_s
+    assert list(c._log) == [t + 0.03 - c.back_s, t + 0.15]
+
+
+@settings(max_examples=300, deadline=None)
+@given(qps=st.integers(1, 40), steps=_steps(5), told=st.lists(st.floats(0, 0.05), min_size=1))
+def test_grants_moved_to_writes_told_late_keep_every_window(
+    qps: int, steps: list[tuple[float, int, int, int]], told: list[float]
+) -> None:
+    """Grants moved to a send that lies up to 50 ms before the counter's clock (told with the
+    answer): never before the grant, never after the send, and every window within qps."""
+    c = _BackDated(qps, burst_s=0.5)
+    t = 1_700_000_000.25
+    stamps: list[float] = []
+    for n, (dt, want, back, move) in enumerate(steps):
+        t += dt
+        granted = c.reserve(want, t)
+        stamps += [c.newest] * granted if granted else []
+        back = min(back, granted)
+        c.rollback(back, t)
+        del stamps[len(stamps) - back :]
+        for old in sorted(set(s for s in c._log if s > t - c.window_s))[:move]:
+            sent = max(old, t - told[n % len(told)])
+            stamps.remove(old)
+            moved = c.restamp(old, sent)
+            assert moved is not None and max(old, sent - c.back_s) == moved <= sent
+            stamps.append(moved)
+        stamps.sort()
+        assert sorted(c._log) == list(c._log)
+    assert _grants_in_any_window(stamps, c.window_s) <= qps
