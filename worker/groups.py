@@ -46,7 +46,7 @@ import orjson
 
 from capacity.priority import WeightedPlanner
 from capacity.rate import QpsCounter
-from emq.core.interfaces import Checkpoint, Offset
+from emq.core.interfaces import Checkpoint, Offset, Pusher
 from emq.core.latency import E2E_BUCKETS_S as _E2E_BUCKETS_S
 from emq.core.model import (
     PRIORITIES,
@@ -62,22 +62,23 @@ from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
 
-# Each grant counts for GRANT_WINDOW_S = 1 s + LATE_S + a 5 ms margin: a job goes out at most
-# LATE_S after its grant's stamp (later, the stamp moves to LATE_S before its send), plus the
-# time from the last look at its grant to its write, loopback and the receiver's kernel stamp.
-# A backlogged group's grants a quota apart are exactly this far apart: the margin is all there
-# is against that jitter.
-# The lean client asks the grant (the request's gate) right before each write, and a write later
-# than the margin has its grant moved to the write afterwards (worker.runtime._written_late),
-# before the grant a quota later is made. The margin is the same for both clients (aiohttp writes
-# after awaits of its own; its check to write measured beside a busy loop: p99.9 1.7 ms, p99.99
-# 5.3 ms, max 18 ms; on a busy machine, before the kernel-stamped sink, 1.005 s let 152 into a
-# sliding second at 150 QPS). Each millisecond is 0.1 % of a backlogged group's rate: the lean
-# client's 1 ms (1.003 s) was tried on 2026-11-25 (`emq bench dispatch --workload W3
-# [--competitor] --json`, alternated with 167dc72: sustained_min +0.3 to +0.9 % in each of
-# seven --competitor pairs) and taken back the same day, when CI's sliding-window test saw 152 at
-# 150 QPS with it: something between the gate and the receiver's stamp still takes more than a
-# millisecond now and then, and it was not found.
+# Each grant counts for a window of 1 s + LATE_S + the pusher's write margin
+# (emq.core.interfaces.Pusher.write_margin_s): a job goes out at most LATE_S after its grant's
+# stamp (later, the stamp moves to LATE_S before its send), plus the time from the last look at
+# its grant to its write, loopback and the receiver's kernel stamp. A backlogged group's grants
+# a quota apart are exactly this far apart, and each millisecond of the window is 0.1 % of such
+# a group's rate.
+# aiohttp writes after awaits of its own (its check to write measured beside a busy loop: p99.9
+# 1.7 ms, p99.99 5.3 ms, max 18 ms): its margin is 5 ms, and the window 1.007 s.
+# The lean client asks the grant (the request's gate) right before each write and tells when it
+# wrote; a write later than its margin after the gate has its grant moved to the write
+# (worker.runtime._written_late), long before the grant a quota later is made. So a receiver
+# sees every request at most LATE_S + the margin after its stamp, whatever the margin: the
+# margin only sets how many grants are moved (0 moved a quarter of them, 0.5 ms about one in a
+# thousand: the write follows the gate by 34-57 us at the median, 0.15-0.19 ms at p99.9). Its
+# window is 1.0025 s. (A 1 ms margin, tried on 2026-11-25, was taken back when CI saw 152 at 150
+# QPS in a sliding second. The cause was in the sink, not the worker: a request that came before
+# its connection was accepted was stamped at the sink's read, a stall late; emq.rigs.stamped.)
 #
 # Why LATE_S is small (2 ms; it was 10): a backlogged group's log is self-clocked, so one of its
 # grant "lanes" cycles every 1 s + margin + max(LATE_S, X), X being how late its job reached a
@@ -92,10 +93,14 @@ from worker.progress import Progress
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
 LATE_S = 0.002
-GRANT_WINDOW_S = 1.0 + LATE_S + 0.005
-# A push written later than this after its grant's stamp has its grant moved to the write
-# (worker.runtime._written_late).
-WRITTEN_LATE_S = GRANT_WINDOW_S - 1.0
+
+
+def grant_window_s(write_margin_s: float) -> float:
+    """The window each grant counts for, with a pusher of this write margin (see above)."""
+    return 1.0 + LATE_S + write_margin_s
+
+
+GRANT_WINDOW_S = grant_window_s(Pusher.write_margin_s)  # (the default: aiohttp's)
 # The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). A 100 ms bucket was
 # tried (2026-11-25): beside a busy loop the event loop stalls 30-50 ms several times a second and
 # every stall overflows a 30 ms bucket, so W3 --competitor rose from 0.90-0.975 to 0.97-0.977
@@ -300,10 +305,12 @@ class TopicState:
         "stats",
         "tenant_share",
         "topic",
+        "window_s",
     )
 
-    def __init__(self, topic: Topic) -> None:
+    def __init__(self, topic: Topic, window_s: float = GRANT_WINDOW_S) -> None:
         self.topic = topic
+        self.window_s = window_s  # its groups' pacing window (grant_window_s: the pusher's)
         self.tenant_share: int | None = None  # its share of its tenant's cap (worker.tenant_quota)
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
@@ -396,7 +403,7 @@ class GroupState:
         self.epoch = epoch
         self.topic = topic
         self.counter: QpsCounter = GrantLog(
-            qps, window_s=GRANT_WINDOW_S, extra=burst_share(topic.topic, ref.index)
+            qps, window_s=topic.window_s, extra=burst_share(topic.topic, ref.index)
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000
         # queues, most of them idle, would otherwise hold 10 000 empty deques (~7 MB).

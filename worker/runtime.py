@@ -47,14 +47,7 @@ from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
 from worker.endpoints import follow
 from worker.fetch import Fetcher
-from worker.groups import (
-    GRANT_WINDOW_S,
-    LATE_S,
-    WRITTEN_LATE_S,
-    Buffered,
-    GroupState,
-    TopicState,
-)
+from worker.groups import LATE_S, Buffered, GroupState, TopicState, grant_window_s
 from worker.history import HistoryRecorder
 from worker.holds import Holds
 from worker.joblog import JobLog
@@ -285,7 +278,8 @@ class Worker:
         for ref, topic in topics.items():
             state = self.topics.get(ref)
             if state is None:
-                state = self.topics[ref] = TopicState(topic)
+                window_s = grant_window_s(self.pusher.write_margin_s)
+                state = self.topics[ref] = TopicState(topic, window_s)
                 follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
                 continue
             old, state.topic = state.topic, topic
@@ -423,7 +417,7 @@ class Worker:
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
-        if result.sent_at - item.reserved_at > WRITTEN_LATE_S:  # (sent_at 0.0: not known)
+        if result.sent_at - item.reserved_at > state.window_s - 1.0:  # (0.0: not known)
             self._written_late(group, item, result.sent_at)
         if state.rates is not None:
             state.rates.pushed(item, result, time.monotonic())  # (its endpoint's rate, streak)
@@ -482,7 +476,7 @@ class Worker:
         counts it as it was). Always possible: a stamp moves later (QpsCounter.restamp)."""
         lender = item.lent_by
         counter = lender.counter if lender is not None else group.counter
-        if time.time() - item.reserved_at < GRANT_WINDOW_S:  # (still in its log)
+        if time.time() - item.reserved_at < group.topic.window_s:  # (still in its log)
             counter.restamp(item.reserved_at, sent_at)
 
     def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:

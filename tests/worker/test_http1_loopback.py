@@ -112,9 +112,9 @@ async def test_keep_alive_carries_every_request_on_one_connection(pusher: LeanPu
 
 
 async def test_every_push_asks_its_gate_right_before_writing(pusher: LeanPusher) -> None:
-    # The worker's pacing window has a margin for what lies between a request's last look at
-    # its quota grant and its write (worker.groups GRANT_WINDOW_S): the gate is asked right
-    # before every write, on a new connection and on a kept one alike.
+    # The worker's pacing window has half a millisecond for what lies between a request's last
+    # look at its quota grant and its write (LeanPusher.write_margin_s): the gate is asked
+    # right before every write, on a new connection and on a kept one alike.
     asked: list[bool] = []
 
     def gate(answer: bool) -> Callable[[], bool]:

@@ -21,8 +21,7 @@ class PushRequest(NamedTuple):
     # :class:`NotSent`. The worker's quota was granted before (before a wait for a new
     # connection too: resolving, connecting, the TLS handshake); a receiver counts the request
     # when it arrives (worker.runtime: ``_gate``). A client that cannot ask right before its
-    # write (aiohttp) writes within the pacing window's margin of the push's start
-    # (worker.groups: ``GRANT_WINDOW_S``).
+    # write says how late after its last look it may write (:attr:`Pusher.write_margin_s`).
     gate: Callable[[], bool] | None = None
 
 
@@ -46,6 +45,14 @@ class PushResult(NamedTuple):
 class Pusher(AsyncResource):
     """Delivers HTTP requests (one session, fixed sender pool, per-endpoint caps)."""
 
+    # How long after the worker's last look at a request's quota grant (its ``gate``, or the
+    # start of the push for a client that does not ask it before writing) the request may
+    # reach its socket. The worker's pacing window is one second plus this (worker.groups:
+    # ``grant_window_s``), so what a receiver counts in any second stays within the quota. The
+    # default is what a push's own awaits before its write can take on a busy machine. A client
+    # that asks the gate right before each write and tells when it wrote (``sent_at``) may say
+    # less: a write later than that has its grant moved to it (worker.runtime._written_late).
+    write_margin_s: float = 0.005
     # True: the gate is asked right before every write (the worker then looks at the grant
     # there only: a look when the push starts too would move most late grants twice).
     gate_before_write: bool = False
