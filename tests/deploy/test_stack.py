@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -14,7 +15,7 @@ import pytest
 import redis
 from kazoo.client import KazooClient
 
-from emq.stack import free_port
+from emq.stack import _ephemeral_range, free_port
 
 
 def emq(*args: str, env: dict[str, str], timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -170,10 +171,6 @@ def test_free_port_is_bindable_and_outside_the_range_outgoing_connections_draw_f
     """CI once saw ``emq api`` fail with "Address already in use" on a port from ``free_port``:
     a port of the ephemeral range can be taken by any client's connect before the server binds.
     """
-    import socket
-
-    from emq.stack import _ephemeral_range
-
     low, _ = _ephemeral_range()
     ports = {free_port() for _ in range(50)}
     assert all(port < low for port in ports), sorted(ports)
