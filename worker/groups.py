@@ -282,6 +282,13 @@ class TopicStats:
     retried: int = 0
     dead_lettered: int = 0
     latency: LatencyHistogram = field(default_factory=LatencyHistogram)
+    # Quota grants moved later (capacity.rate restamp): of jobs sent more than LATE_S after
+    # their grants' stamps (worker.runtime._reserve_again: a slow loop, senders all busy), and
+    # of requests written past their pusher's margin after the look at the grant
+    # (worker.runtime._written_late: the CPU taken away right there). Not in version(): read
+    # when scraped (emq_quota_grants_moved_total).
+    moved_late_send: int = 0
+    moved_late_write: int = 0
 
     def version(self) -> int:
         """Grows with every change (latency is only added with a delivery): equal, unchanged."""

@@ -148,10 +148,21 @@ class TopicCollector(Collector):
             "The topic's share of its tenant's cap on this worker (topics of capped tenants only)",
             labels=LABELS,
         )
+        moved = CounterMetricFamily(
+            "emq_quota_grants_moved",
+            "Quota grants moved later to when their jobs went out: late_send, sent more than "
+            "2 ms after the grant (a slow event loop, senders all busy); late_write, written "
+            "past the HTTP client's margin after its last look at the grant (the CPU taken away "
+            "right there). Many of either: the worker is short of CPU",
+            labels=[*LABELS, "reason"],
+        )
         now = time.time()
         for ref, state in list(self.topics.items()):
             labels = [ref.namespace.value, ref.tenant, ref.topic]
-            counts = state.stats.latency.counts
+            stats = state.stats
+            moved.add_metric([*labels, "late_send"], stats.moved_late_send)
+            moved.add_metric([*labels, "late_write"], stats.moved_late_write)
+            counts = stats.latency.counts
             push.add_metric(labels, _buckets(LATENCY_BUCKETS_MS, counts, 0.001), state.push_sum_s)
             e2e.add_metric(labels, _buckets(E2E_BUCKETS_S, state.e2e, 1.0), state.e2e_sum_s)
             throttled.add_metric(labels, _throttled(state, now))
@@ -159,6 +170,7 @@ class TopicCollector(Collector):
                 shares.add_metric(labels, state.tenant_share)
         yield push
         yield e2e
+        yield moved
         yield throttled
         yield shares
         yield GaugeMetricFamily(

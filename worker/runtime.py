@@ -463,6 +463,7 @@ class Worker:
         stamp = counter.restamp(item.reserved_at, now)
         if stamp is not None:
             item.reserved_at = stamp
+            group.topic.stats.moved_late_send += 1
             return True
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())
@@ -478,6 +479,7 @@ class Worker:
         counter = lender.counter if lender is not None else group.counter
         if time.time() - item.reserved_at < group.topic.window_s:  # (still in its log)
             counter.restamp(item.reserved_at, sent_at)
+            group.topic.stats.moved_late_write += 1
 
     def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:
         """Whatever else a push raised ends that job: text that cannot be encoded (a stored job

@@ -136,6 +136,10 @@ class Control:
             "failed": sum(s.failed for s in stats),
             "retried": sum(s.retried for s in stats),
             "dead_lettered": sum(s.dead_lettered for s in stats),
+            "grants_moved": {
+                "late_send": sum(s.moved_late_send for s in stats),
+                "late_write": sum(s.moved_late_write for s in stats),
+            },
             "in_flight": sum(t.in_flight for t in w.topics.values()),
             "buffered": sum(g.buffered() for g in w.groups.values()),
             "buffered_bytes": w.fetcher.budget.used,

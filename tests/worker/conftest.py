@@ -32,6 +32,7 @@ from emq.core.model import Namespace, RetryPolicy, Tenant, Topic, TopicRef
 from emq.core.settings import Settings
 from emq.rigs.procs import Proc, stop_all
 from emq.rigs.sink import Sink
+from worker.groups import TopicStats
 from worker.runtime import Worker
 from worker.settings import WorkerSettings
 from worker.standalone import StandaloneAssignment
@@ -41,15 +42,22 @@ SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 @contextlib.asynccontextmanager
 async def worker_in_loop(
-    config: ConfigStore, queues: QueueBackend, pusher: Pusher, **settings: Any
+    config: ConfigStore,
+    queues: QueueBackend,
+    pusher: Pusher,
+    made: list[Worker] | None = None,
+    **settings: Any,
 ) -> AsyncIterator[asyncio.Future[None]]:
     """A standalone :class:`~worker.runtime.Worker` on this loop (the in-memory backends of a
     fast test, a pusher of the test's own), running until the block ends; the block gets its
-    task (done early: it died) and the stop must be clean (no task died)."""
+    task (done early: it died) and the stop must be clean (no task died). ``made``, if given,
+    gets the worker (to read its state)."""
     assignment = StandaloneAssignment(config, Namespace.ONLINE)
     options = {"metrics_port": 0, "shutdown_grace_s": 1} | settings
     worker = Worker("w", Namespace.ONLINE, WorkerSettings(**options), queues=queues,
                     config=config, assignment=assignment, pusher=pusher)  # fmt: skip
+    if made is not None:
+        made.append(worker)
     stop = asyncio.Event()
     following = asyncio.ensure_future(assignment.run())
     running = asyncio.ensure_future(worker.run(stop))
@@ -65,22 +73,25 @@ async def worker_in_loop(
 
 async def push_backlog(
     name: str, qps: int, jobs: int, pusher: Pusher, pushed: Callable[[], int], **settings: Any
-) -> None:
+) -> TopicStats:
     """A topic ``name`` of one group at ``qps`` on the in-memory backends, ``jobs`` jobs to a far
     host enqueued at once, and a worker in this loop pushing them through ``pusher`` until
-    ``pushed()`` (what the pusher counts) reaches ``jobs`` (20 s at most)."""
+    ``pushed()`` (what the pusher counts) reaches ``jobs`` (20 s at most); the topic's stats in
+    the worker."""
     queues, config = MemoryQueueBackend(), MemoryConfigStore()
     ref = TopicRef(Namespace.ONLINE, "acme", name)
     await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
     await config.create_topic(Topic(ref, qps, 1))
     items = [{"url": f"https://far.example/{i}"} for i in range(jobs)]
     await Enqueuer(config, queues).enqueue(ref, items, batch=True)
-    async with worker_in_loop(config, queues, pusher, **settings) as running:
+    made: list[Worker] = []
+    async with worker_in_loop(config, queues, pusher, made, **settings) as running:
         deadline = time.monotonic() + 20
         while pushed() < jobs and time.monotonic() < deadline:
             assert not running.done(), running
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # (a duplicate would show by now)
+    return made[0].topics[ref].stats
 
 
 @pytest.fixture

@@ -211,6 +211,9 @@ async def test_jobs_followed_through_a_real_worker_and_its_metrics(
     assert _value(after, "emq_worker_groups") == 5
     assert _value(after, "emq_worker_send_limit") > 0
     assert "emq_worker_event_loop_lag_seconds" in after
+    moved = after.get("emq_quota_grants_moved_total", [])  # (counts: tests/worker/test_send_gate)
+    for reason in ("late_send", "late_write"):
+        assert [v for lab, v in moved if lab == {**lab, "topic": "ok", "reason": reason}], moved
 
     r = await api.get("/metrics")
     families = _families(await r.text())

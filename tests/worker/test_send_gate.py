@@ -17,10 +17,12 @@ import pytest
 from emq.bench.promises import busiest_window
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
 from tests.worker.conftest import push_backlog
+from worker.groups import TopicStats
 
 QPS = 10
 CONNECT_S = 0.6
 JOBS = 25
+WAITED_S = 0.01  # past LATE_S: its grant is moved at the gate
 
 
 class _SlowConnects(Pusher):
@@ -33,12 +35,14 @@ class _SlowConnects(Pusher):
         self.ready_at: float | None = None
         self.sent: list[tuple[float, str]] = []
         self.refused = 0
+        self.waited = 0  # pushes that waited WAITED_S or more for their connection
 
     async def push(self, request: PushRequest) -> PushResult:
         now = time.time()
         if self.ready_at is None:
             self.ready_at = now + CONNECT_S
         if now < self.ready_at:
+            self.waited += self.ready_at - now >= WAITED_S
             await asyncio.sleep(self.ready_at - now)
             if self.obey_gate and request.gate is not None and not request.gate():
                 self.refused += 1
@@ -50,23 +54,25 @@ class _SlowConnects(Pusher):
         return None
 
 
-async def _run(obey_gate: bool) -> _SlowConnects:
+async def _run(obey_gate: bool) -> tuple[_SlowConnects, TopicStats]:
     pusher = _SlowConnects(obey_gate)
     pushed = lambda: len(pusher.sent)  # noqa: E731
-    await push_backlog("far", QPS, JOBS, pusher, pushed, senders=16, senders_min=16)
-    return pusher
+    stats = await push_backlog("far", QPS, JOBS, pusher, pushed, senders=16, senders_min=16)
+    return pusher, stats
 
 
 @pytest.mark.parametrize("obey_gate", [True, False])
 async def test_pushes_that_waited_for_a_connection_keep_every_second_within_the_quota(
     obey_gate: bool,
 ) -> None:
-    pusher = await _run(obey_gate)
+    pusher, stats = await _run(obey_gate)
     urls = [url for _, url in pusher.sent]
     assert sorted(urls) == sorted(f"https://far.example/{i}" for i in range(JOBS))  # once each
     busiest = busiest_window(sorted(at for at, _ in pusher.sent))
     if obey_gate:
         assert pusher.refused == 0  # each waited less than a window: granted again, sent
+        # ... and counted (emq_quota_grants_moved_total{reason="late_send"})
+        assert stats.moved_late_send >= pusher.waited > 0
         assert busiest <= QPS + 1, busiest  # the promise: qps (+1 per group) in any 1000 ms
     else:  # what the gate prevents, so that this test can tell
         assert busiest >= QPS + 4, busiest

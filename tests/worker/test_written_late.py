@@ -16,6 +16,7 @@ import pytest
 from emq.bench.promises import busiest_window
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
 from tests.worker.conftest import push_backlog
+from worker.groups import TopicStats
 from worker.http1.pusher import LeanPusher
 from worker.runtime import Worker
 
@@ -44,16 +45,19 @@ class _LateWrites(Pusher):
         return None
 
 
-async def _run() -> _LateWrites:
+async def _run() -> tuple[_LateWrites, TopicStats]:
     pusher = _LateWrites()
-    await push_backlog("late", QPS, JOBS, pusher, lambda: len(pusher.written))
+    stats = await push_backlog("late", QPS, JOBS, pusher, lambda: len(pusher.written))
     assert len(pusher.written) == JOBS
-    return pusher
+    return pusher, stats
 
 
 async def test_a_late_write_moves_its_grant_and_every_second_holds_the_quota() -> None:
-    pusher = await _run()
+    pusher, stats = await _run()
     assert busiest_window(sorted(pusher.written)) <= QPS  # not even the slack of one
+    # Each move is counted (emq_quota_grants_moved_total{reason="late_write"}): every third
+    # write, and any other the test's machine delayed past the margin.
+    assert len(range(0, JOBS, 3)) <= stats.moved_late_write <= JOBS
 
 
 @pytest.mark.serial  # (judges timing: the lane a quota later must go within 27 ms of its time)
@@ -63,5 +67,5 @@ async def test_without_the_move_a_receiver_would_count_more(
     # What the move prevents, so that the test above can tell: the lane a quota after a late
     # write goes a window after its grant, 30 ms less than a second after that write.
     monkeypatch.setattr(Worker, "_written_late", lambda self, group, item, sent_at: None)
-    pusher = await _run()
+    pusher, _ = await _run()
     assert busiest_window(sorted(pusher.written)) > QPS
