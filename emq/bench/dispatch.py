@@ -20,6 +20,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   at the sink, delivered / 150; from the sink's delivery log, per topic the busiest *sliding*
   1000 ms window / 150 (``sliding_max``) and the delivered rate / 150 (``sustained_min``). With
   ``--competitor`` a busy-loop process runs beside the worker (pacing when its CPU is taken).
+  ``grants_moved``: the grants the worker moved to when their jobs went out, of ``delivered``
+  (``late_send``: sent more than 2 ms after the grant; ``late_write``: written past the HTTP
+  client's margin after its last look at the grant): how often it was late.
 * **W4** idle cost: 3334 topics x 1 group x 3 priorities = 10 002 queues; worker memory before and
   after owning them; CPU and Redis commands/s (``total_commands_processed``, which counts the
   commands Lua scripts run too) all idle over a whole sweep period, then with 1 % of the queues

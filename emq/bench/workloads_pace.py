@@ -57,6 +57,7 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
         await sleep_until(first + seconds + 0.2)
         stats = await h.sink_call("/_stats")
         used = meter.read()
+        status = await worker.status()
     ratios = [n / W3_QPS for counts in window(stats, W3_TOPICS, first, seconds) for n in counts]
     return judge(
         "W3",
@@ -73,6 +74,10 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
             "seconds": seconds,
             "jobs": jobs,
             "cpu_pct_of_core": share(used),
+            # Grants moved to when their jobs went out, of the jobs delivered in the whole run
+            # (emq_quota_grants_moved_total): how often the worker was late to a grant.
+            "grants_moved": status["grants_moved"],
+            "delivered": status["delivered"],
         },
     )
 
