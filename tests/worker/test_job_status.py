@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import socket
 import sys
 import time
 from asyncio.subprocess import PIPE
@@ -32,6 +31,7 @@ from emq.api.enqueue import Enqueuer
 from emq.compose import open_jobs
 from emq.core.jobs import placed_job_id
 from emq.core.model import Priority, Tenant, Topic, TopicRef
+from emq.stack import free_port
 from tests.worker.conftest import SECRET, Sink, Stack, fast_retry
 
 Http = TestClient[web.Request, web.Application]
@@ -154,7 +154,7 @@ async def test_jobs_followed_through_a_real_worker_and_its_metrics(
     sink.behaviour["ra"].status = 429
     sink.behaviour["ra"].retry_after = "120"
     sink.behaviour["dead"].status = 500
-    port = _free_port()
+    port = free_port()  # (below the ephemeral range: no client's connect takes it first)
     worker = worker_process(EMQ_WORKER_METRICS_PORT=str(port))
     scrape = _scraper(f"http://127.0.0.1:{port}/metrics")
     before = await _until_up(scrape)
@@ -240,12 +240,6 @@ async def _emq(api: Http, *args: str) -> str:
 
 def _epoch(iso: str) -> float:
     return datetime.fromisoformat(iso).timestamp()
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]
