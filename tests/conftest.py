@@ -8,10 +8,15 @@ end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper c
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import gc
 import os
 import signal
+import sys
+import threading
 import time
+import types
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
@@ -59,6 +64,7 @@ def _start(service: Service) -> Service:
 def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     base = tmp_path_factory.mktemp("redis")
     service = _start(Service("redis", "redis.sh", base, free_port()))
+    SESSION_SERVERS.append(service)
     yield service
     service.stop()
 
@@ -67,6 +73,7 @@ def redis_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
 def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     base = tmp_path_factory.mktemp("zookeeper")
     service = _start(Service("zookeeper", "zookeeper.sh", base, free_port(), (ZK_TICK_MS,)))
+    SESSION_SERVERS.append(service)
     yield service
     service.stop()
 
@@ -136,6 +143,87 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]):  
             if isinstance(service, Service):
                 report.sections.append((f"{service.name} log (tail)", service.log_tail(30)))
     return report
+
+
+SESSION_SERVERS: list[Service] = []  # the session's Redis and ZooKeeper, once started
+STUCK_REPORT_BEFORE_S = 10  # the report comes this long before pytest-timeout fails the test
+
+
+@pytest.fixture(autouse=True)
+def _report_when_stuck(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Shortly before pytest-timeout fails a test (setup, call or teardown), print whether the
+    session's servers still run and what the test's event loop waits on. pytest-timeout dumps
+    threads, not asyncio tasks: a teardown once stuck for its 120 s behind a ZooKeeper that had
+    gone showed only two kazoo threads retrying "Connection refused". Printed to stderr from a
+    timer thread, so the report's captured output carries it; a test that ends first cancels
+    it."""
+    marker = request.node.get_closest_marker("timeout")
+    timeout = (
+        float(marker.args[0])
+        if marker and marker.args
+        else float(request.config.getini("timeout") or 0)
+    )
+    if timeout <= STUCK_REPORT_BEFORE_S:
+        yield
+        return
+    timer = threading.Timer(timeout - STUCK_REPORT_BEFORE_S, _report_stuck, (request.node.nodeid,))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
+
+
+def _report_stuck(nodeid: str) -> None:
+    lines = [f"{nodeid} still runs, {STUCK_REPORT_BEFORE_S} s before its timeout:"]
+    lines += [f"  {s.name}: {_server_state(s)}" for s in SESSION_SERVERS]
+    lines.append("  asyncio tasks:")
+    lines.append(_pending_tasks())
+    print("\n".join(lines), file=sys.stderr, flush=True)
+
+
+def _server_state(service: Service) -> str:
+    try:
+        status = service.status()
+    except Exception as e:  # (a diagnostic: never the failure itself)
+        return f"status unknown: {type(e).__name__}: {e}"
+    return f"{'running' if status.running else 'NOT RUNNING'} (pid {status.pid}, {status.address})"
+
+
+def _pending_tasks() -> str:
+    """Each task of every event loop not closed yet, and each async generator suspended in an
+    await (a fixture's teardown: a task's stack stops at the generator), with the frames they
+    wait in. Read from another thread while the loop blocks in its select: racy, a diagnostic
+    only."""
+    lines: list[str] = []
+    objects = gc.get_objects()
+    for loop in [o for o in objects if isinstance(o, asyncio.AbstractEventLoop)]:
+        if loop.is_closed():
+            continue
+        with contextlib.suppress(RuntimeError):  # (a set changing size)
+            for task in asyncio.all_tasks(loop):
+                lines.append(repr(task))
+                lines += _awaiting(task.get_coro())
+    for gen in [o for o in objects if isinstance(o, types.AsyncGeneratorType)]:
+        if gen.ag_await is not None:
+            lines.append(repr(gen))
+            lines += _awaiting(gen)
+    return "\n".join(lines) or "none"
+
+
+def _awaiting(obj: object) -> list[str]:
+    """The frames of a coroutine (or generator) and of what it awaits, outermost first."""
+    lines = []
+    for _ in range(50):
+        frame = next((getattr(obj, a) for a in ("cr_frame", "ag_frame", "gi_frame")
+                      if getattr(obj, a, None) is not None), None)  # fmt: skip
+        if frame is None:
+            break
+        lines.append(f"  {frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}")
+        obj = next((getattr(obj, a) for a in ("cr_await", "ag_await", "gi_yieldfrom")
+                    if getattr(obj, a, None) is not None), None)  # fmt: skip
+    return lines
 
 
 class RestartableRedis:
