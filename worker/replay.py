@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 
 from emq.core.errors import BackendUnavailable
 from emq.core.replays import Replay, ReplayState, ReplayStore, Slice
+from emq.core.tasks import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -82,13 +83,9 @@ class ReplayMover:
     async def run(self) -> None:
         """Pace every replay this mover holds until cancelled; gives its leases up at the end."""
         refreshed = 0.0
-        task = asyncio.current_task()
         try:
             while True:
-                # A cancel that lands inside a Redis call can be swallowed by the driver (seen:
-                # the task stayed "cancelling" and went on ticking): honour it here as well.
-                if task is not None and task.cancelling():
-                    raise asyncio.CancelledError
+                raise_if_cancelling()  # (a cancel the Redis driver swallowed: emq.core.tasks)
                 now = time.monotonic()
                 try:
                     if now - refreshed >= self.refresh_s:

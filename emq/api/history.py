@@ -13,6 +13,7 @@ from aiohttp import web
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
 from emq.core.model import Topic, TopicRef
+from emq.core.tasks import raise_if_cancelling
 
 log = logging.getLogger(__name__)
 
@@ -29,6 +30,7 @@ class EnqueueHistory:
 
     async def run(self) -> None:
         while True:
+            raise_if_cancelling()  # (a cancel the Redis driver swallowed in the last flush)
             now = time.time()
             boundary = (math.floor(now / self._interval) + 1) * self._interval
             await asyncio.sleep(boundary - now)
