@@ -54,6 +54,20 @@ with room to spare stamps ``now``.) The receiver's bound is unchanged: it sees
 sends at most ``back_s`` after their stamps, as before. The stamps a window old leave the log; the
 newest of them is kept (``_gone``) to bound the grant ``qps + extra`` back of a new one.
 
+**Spare lane** (``spare``, a class attribute: the worker's ``SpareLaneLog`` sets 1): the log
+holds ``qps + extra + spare`` grants while the bucket still pays one token each and fills at
+``qps`` a second. The sustained rate stays ``qps`` (the bucket bounds any stretch of ``x``
+seconds by its burst plus ``x * qps``) and any window of ``window_s`` holds at most
+``qps + extra + spare`` stamps (the argument above with that many in the log). What it buys: a
+backlogged group's log is self-clocked, so a lane whose job was late by more than ``back_s``
+comes free that much later, and with exactly ``qps`` lanes the group falls below its quota by
+what its lanes lose (1-3 % on a worker whose CPU another process takes). One lane more than
+the quota lets the bucket, not the lanes, set the pace: a late lane is covered by the spare
+one. It spends the promise's slack of one job per group in any second (ARCHITECTURE.md
+invariant 2), so it is only for a caller whose every send lies within its stamp's window
+(the worker's lean client; see ``worker.groups``). :meth:`QpsCounter.quiet` counts the
+former owner's spare lane too.
+
 Time is wall-clock seconds (windows align with receivers'). A clock that steps back by more than
 a window empties the log (stamps from the "future" would otherwise stall the group until the
 clock catches up); a smaller step back is treated as no time passing.
@@ -80,6 +94,9 @@ class QpsCounter:
     # How far before it is made a grant may be stamped (see "Back-dating"); a class attribute
     # (a subclass sets it): a worker holds one counter per group, thousands of them idle.
     back_s = 0.0
+    # Grants the log holds beyond ``qps + extra`` that the bucket does not pay for (see "Spare
+    # lane"); a class attribute like ``back_s``.
+    spare = 0
 
     __slots__ = (
         "_gone",
@@ -134,7 +151,7 @@ class QpsCounter:
 
     def _log_room(self, now: float) -> int:
         """Grants the sliding log allows at ``now`` (stamps a window old leave it)."""
-        log, most = self._log, self.qps + self.extra
+        log, most = self._log, self.qps + self.extra + self.spare
         limit = now - self.window_s  # (no epsilon: the bound is exact, rounding only delays)
         while log and (log[0] <= limit or len(log) > most):  # (more: quota lowered)
             self._gone = log.popleft()  # (the log is sorted: the newest gone so far)
@@ -248,7 +265,7 @@ class QpsCounter:
         docstring): its bucket's burst spent just now, and before that one grant per interval
         (at most ``burst + x * qps`` in its last ``x`` seconds, as its own counter allowed)."""
         self._advance(now)
-        most = self.qps + self.extra
+        most = self.qps + self.extra + self.spare
         whole = min(most, math.floor(self.burst + EPSILON))
         part = max(0.0, self.burst - whole)  # a fraction of a token brings the next one nearer
         step = 1.0 / max(1, self.qps)

@@ -119,6 +119,23 @@ class GrantLog(QpsCounter):
     back_s = LATE_S
 
 
+class SpareLaneLog(GrantLog):
+    """A group's counter with a pusher that writes every request within its grant's window
+    (``Pusher.exact_writes``, the lean client): one lane more than the quota (capacity.rate,
+    "Spare lane"), so a lane whose job was late no longer costs the group its pace.
+
+    What it spends: the promise's slack of one job per group in any 1000 ms (invariant 2). A
+    receiver sees each request at most LATE_S + the write margin after its stamp (the write
+    told at once when later, ``PushRequest.written``), so any 1000 ms at the receiver lies in a
+    window of the log and holds at most ``qps + burst + 1`` of the group. aiohttp's writes are
+    late now and then past its margin (see above), which that slack covers: it keeps GrantLog.
+    Measured (`emq bench dispatch --workload W3 --competitor --json`, 2026-11-25): see the
+    README's W3 paragraph."""
+
+    __slots__ = ()
+    spare = 1
+
+
 class Lifecycle(enum.Enum):
     """Where a group is in its ownership by this worker (see the module docstring)."""
 
@@ -306,6 +323,7 @@ class TopicState:
         "groups",
         "in_flight",
         "lend_ring",
+        "log_class",
         "metrics_version",
         "push_sum_s",
         "rates",
@@ -316,9 +334,15 @@ class TopicState:
         "window_s",
     )
 
-    def __init__(self, topic: Topic, window_s: float = GRANT_WINDOW_S) -> None:
+    def __init__(
+        self,
+        topic: Topic,
+        window_s: float = GRANT_WINDOW_S,
+        log_class: type[GrantLog] = GrantLog,
+    ) -> None:
         self.topic = topic
         self.window_s = window_s  # its groups' pacing window (grant_window_s: the pusher's)
+        self.log_class = log_class  # its groups' counters (SpareLaneLog: the pusher's writes exact)
         self.tenant_share: int | None = None  # its share of its tenant's cap (worker.tenant_quota)
         self.endpoint = str(topic.ref)  # the push executor's concurrency-cap key; its rate's name
         self.metrics_version = 0  # stats.version() when the metrics last moved
@@ -410,7 +434,7 @@ class GroupState:
         self.ref = ref
         self.epoch = epoch
         self.topic = topic
-        self.counter: QpsCounter = GrantLog(
+        self.counter: QpsCounter = topic.log_class(
             qps, window_s=topic.window_s, extra=burst_share(topic.topic, ref.index)
         )
         # High, medium and low, made by the first fetch that finds jobs: a worker owning 10 000

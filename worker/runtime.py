@@ -47,7 +47,15 @@ from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
 from worker.endpoints import follow
 from worker.fetch import Fetcher
-from worker.groups import LATE_S, Buffered, GroupState, TopicState, grant_window_s
+from worker.groups import (
+    LATE_S,
+    Buffered,
+    GrantLog,
+    GroupState,
+    SpareLaneLog,
+    TopicState,
+    grant_window_s,
+)
 from worker.history import HistoryRecorder
 from worker.holds import Holds
 from worker.joblog import JobLog
@@ -94,6 +102,8 @@ class Worker:
         # The grant of a late push is looked at when it starts unless its gate is asked right
         # before its write (_gate): a look at both would move most late grants twice.
         self._late_at_push = not pusher.gate_before_write
+        # Its writes told at once when late (PushRequest.written): groups get a spare lane.
+        self._exact = pusher.exact_writes
         self.max_group_qps = max_group_qps
         self.topics: dict[TopicRef, TopicState] = {}
         self.groups: dict[str, GroupState] = {}
@@ -279,7 +289,8 @@ class Worker:
             state = self.topics.get(ref)
             if state is None:
                 window_s = grant_window_s(self.pusher.write_margin_s)
-                state = self.topics[ref] = TopicState(topic, window_s)
+                log_class = SpareLaneLog if self._exact else GrantLog
+                state = self.topics[ref] = TopicState(topic, window_s, log_class)
                 follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
                 continue
             old, state.topic = state.topic, topic
@@ -404,6 +415,7 @@ class Worker:
             job.body.encode() if job.body is not None else None,
             state.endpoint,
             partial(self._gate, group, item),
+            partial(self._written_late, group, item) if self._exact else None,
         )
         try:
             result = await self.pusher.push(request)
@@ -417,8 +429,8 @@ class Worker:
             return
         if group.dropped:
             return  # no longer ours: the new owner delivers it again from its checkpoint
-        if result.sent_at - item.reserved_at > state.window_s - 1.0:  # (0.0: not known)
-            self._written_late(group, item, result.sent_at)
+        if not self._exact and result.sent_at - item.reserved_at > state.window_s - 1.0:
+            self._written_late(group, item, result.sent_at)  # (sent_at 0.0: not known)
         if state.rates is not None:
             state.rates.pushed(item, result, time.monotonic())  # (its endpoint's rate, streak)
         if 200 <= result.status < 300:
@@ -474,11 +486,21 @@ class Worker:
         and the pusher's write margin: the CPU was taken away between its gate and its write)
         has its grant moved to its write, as if it had been granted then: the grant a quota
         later waits a window after it (a second later; the answer comes sooner, or the window
-        counts it as it was). Always possible: a stamp moves later (QpsCounter.restamp)."""
+        counts it as it was). Always possible: a stamp moves later (QpsCounter.restamp).
+
+        A client with exact writes tells it right after the write (``PushRequest.written``:
+        a write more than its margin after the gate), before anything else runs, so the grant
+        is moved before the one a quota later can be made: each group's spare lane relies on
+        it (worker.groups ``SpareLaneLog``). Others tell it with the answer (``sent_at``)."""
+        window_s = group.topic.window_s
+        if sent_at - item.reserved_at <= window_s - 1.0:
+            return  # within its window after all (the gate moved its grant, or the margin)
         lender = item.lent_by
         counter = lender.counter if lender is not None else group.counter
-        if time.time() - item.reserved_at < group.topic.window_s:  # (still in its log)
-            counter.restamp(item.reserved_at, sent_at)
+        if time.time() - item.reserved_at < window_s:  # (still in its log)
+            stamp = counter.restamp(item.reserved_at, sent_at)
+            if stamp is not None:
+                item.reserved_at = stamp
             group.topic.stats.moved_late_write += 1
 
     def _push_raised(self, group: GroupState, item: Buffered, error: Exception) -> None:

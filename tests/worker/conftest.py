@@ -72,26 +72,32 @@ async def worker_in_loop(
 
 
 async def push_backlog(
-    name: str, qps: int, jobs: int, pusher: Pusher, pushed: Callable[[], int], **settings: Any
+    name: str,
+    qps: int,
+    jobs: int,
+    pusher: Pusher,
+    pushed: Callable[[], int],
+    made: list[Worker] | None = None,
+    **settings: Any,
 ) -> TopicStats:
     """A topic ``name`` of one group at ``qps`` on the in-memory backends, ``jobs`` jobs to a far
     host enqueued at once, and a worker in this loop pushing them through ``pusher`` until
     ``pushed()`` (what the pusher counts) reaches ``jobs`` (20 s at most); the topic's stats in
-    the worker."""
+    the worker (``made``, if given, gets the worker)."""
     queues, config = MemoryQueueBackend(), MemoryConfigStore()
     ref = TopicRef(Namespace.ONLINE, "acme", name)
     await config.create_tenant(Tenant("acme", "", "0" * 64, 0.0))
     await config.create_topic(Topic(ref, qps, 1))
     items = [{"url": f"https://far.example/{i}"} for i in range(jobs)]
     await Enqueuer(config, queues).enqueue(ref, items, batch=True)
-    made: list[Worker] = []
+    made = [] if made is None else made
     async with worker_in_loop(config, queues, pusher, made, **settings) as running:
         deadline = time.monotonic() + 20
         while pushed() < jobs and time.monotonic() < deadline:
             assert not running.done(), running
             await asyncio.sleep(0.02)
         await asyncio.sleep(0.3)  # (a duplicate would show by now)
-    return made[0].topics[ref].stats
+    return made[-1].topics[ref].stats
 
 
 @pytest.fixture

@@ -147,6 +147,44 @@ async def test_every_push_asks_its_gate_right_before_writing(pusher: LeanPusher)
             await hanging
 
 
+async def test_a_write_later_than_the_margin_after_the_gate_is_told_before_its_answer(
+    pusher: LeanPusher,
+) -> None:
+    # The worker's spare lane (worker.groups SpareLaneLog) needs every late write's grant moved
+    # before the grant a quota later can be made: the pusher tells it right after the write
+    # (the request's ``written``), not with the answer, on a new connection and a kept one.
+    told: list[float] = []
+
+    def slow_gate() -> bool:  # the CPU taken away between the look at the grant and the write
+        time.sleep(0.003)
+        return True
+
+    async with Receiver(lambda c, n: OK if n == 0 else None) as rx:  # (then it never answers)
+        before = time.time()
+        result = await pusher.push(_req(rx.url())._replace(gate=slow_gate, written=told.append))
+        assert result.status == 200 and told == [result.sent_at]  # a new connection
+        assert before + 0.003 <= told[0] <= time.time()
+        before = time.time()
+        push = asyncio.create_task(
+            pusher.push(_req(rx.url())._replace(gate=slow_gate, written=told.append))
+        )
+        for _ in range(200):
+            if len(told) == 2 or push.done():
+                break
+            await asyncio.sleep(0.005)
+        assert len(told) == 2 and not push.done()  # told while its answer is still awaited
+        assert before + 0.003 <= told[1] <= time.time() and rx.connections == 1
+        push.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await push
+        # On time (the gate answers at once): not told, but for a write the machine delayed.
+        rx.script = lambda c, n: OK
+        on_time = [_req(rx.url())._replace(gate=lambda: True, written=told.append)] * 20
+        for request in on_time:
+            assert (await pusher.push(request)).status == 200
+        assert len(told) <= 2 + 2
+
+
 async def test_connection_close_is_honoured(pusher: LeanPusher) -> None:
     close = b"HTTP/1.1 200 OK\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
     async with Receiver(lambda c, n: close) as rx:

@@ -9,6 +9,7 @@ sliding second over those write times is what a receiver would count."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -16,7 +17,7 @@ import pytest
 from emq.bench.promises import busiest_window
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
 from tests.worker.conftest import push_backlog
-from worker.groups import TopicStats
+from worker.groups import SpareLaneLog, TopicStats
 from worker.http1.pusher import LeanPusher
 from worker.runtime import Worker
 
@@ -69,3 +70,40 @@ async def test_without_the_move_a_receiver_would_count_more(
     monkeypatch.setattr(Worker, "_written_late", lambda self, group, item, sent_at: None)
     pusher, _ = await _run()
     assert busiest_window(sorted(pusher.written)) > QPS
+
+
+class _ExactLateWrites(_LateWrites):
+    """As the lean client (``exact_writes``): asks the gate right before "writing" and tells
+    every third write, ``LATE_S_WRITE`` late, at once (the request's ``written``), its answer
+    only after the loop has run on."""
+
+    exact_writes = True
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.told_with: list[bool] = []  # whether each request could be told (written set)
+
+    async def push(self, request: PushRequest) -> PushResult:
+        if request.gate is not None and not request.gate():
+            raise NotSent
+        late = len(self.written) % 3 == 0
+        sent_at = time.time() + (LATE_S_WRITE if late else 0.0)
+        self.written.append(sent_at)
+        self.told_with.append(request.written is not None)
+        if late and request.written is not None:
+            request.written(sent_at)
+        await asyncio.sleep(0.001)  # (the answer)
+        return PushResult(200, 0.001, sent_at=sent_at)
+
+
+async def test_a_late_write_told_at_once_moves_its_grant_and_the_spare_lane_holds() -> None:
+    # A pusher with exact writes: each group's log has one lane more than the quota
+    # (SpareLaneLog), which spends the promise's slack of one: a receiver counts at most
+    # QPS + 1 in any 1000 ms, late writes moved as they are told (once each).
+    pusher = _ExactLateWrites()
+    made: list[Worker] = []
+    stats = await push_backlog("exact", QPS, JOBS, pusher, lambda: len(pusher.written), made)
+    assert len(pusher.written) == JOBS and all(pusher.told_with)
+    assert all(type(g.counter) is SpareLaneLog for g in made[0].groups.values())
+    assert busiest_window(sorted(pusher.written)) <= QPS + 1
+    assert stats.moved_late_write == len(range(0, JOBS, 3))  # told once, not again at the answer

@@ -19,8 +19,9 @@ push, or the CPU taken away in between): if it says no, nothing is written, the 
 kept idle and ``NotSent`` is raised. Nothing but the write lies between the two (measured beside
 a busy-loop competitor, W3, from before the gate to after the write: median 34-57 us, p99.9
 0.15-0.19 ms, p99.99 1.7-3.6 ms, max 4-11 ms: a CPU taken away right there). The time right after
-the write comes back as ``sent_at``: a write later than the pacing window's margin for it
-(``write_margin_s``) has its grant moved there (worker.runtime ``_written_late``).
+the write comes back as ``sent_at``; a write later than the pacing window's margin for it
+(``write_margin_s``) after the gate is told right after it (the request's ``written``), before
+anything else runs, and has its grant moved there (worker.runtime ``_written_late``).
 
 Per push: one cached URL lookup, the request bytes, an idle connection popped from a list,
 one write, one future awaited, one entry in the deadline queue (:mod:`worker.http1.deadlines`).
@@ -51,6 +52,7 @@ class LeanPusher(Pusher):
     # (``sent_at``): the margin only sets how many are moved (see worker.groups).
     write_margin_s = 0.0005
     gate_before_write = True
+    exact_writes = True  # a later write is told at once (PushRequest.written)
 
     def __init__(
         self,
@@ -128,6 +130,7 @@ class LeanPusher(Pusher):
         try:
             if conn is None:
                 conn = await pool.open(target, self._connect_s)
+                asked_at = time.time()
                 if request.gate is not None and not request.gate():
                     pool.keep(conn)  # (opened for nothing: the next push takes it)
                     raise NotSent
@@ -136,12 +139,15 @@ class LeanPusher(Pusher):
                 # sent later than the requests queued since: out of the queue's order
                 loop.call_at(deadline, conn.expire, conn.sent)
             else:
+                asked_at = time.time()
                 if request.gate is not None and not request.gate():
                     pool.keep(conn)
                     raise NotSent
                 answer = conn.send(data, request.method == "HEAD")
                 sent_at = time.time()
                 deadlines.add(deadline, conn)
+            if sent_at - asked_at > self.write_margin_s and request.written is not None:
+                request.written(sent_at)  # (exact_writes: told before anything else runs)
             status, retry_after = await answer
         except DeliveryError:
             raise

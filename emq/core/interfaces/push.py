@@ -23,6 +23,12 @@ class PushRequest(NamedTuple):
     # when it arrives (worker.runtime: ``_gate``). A client that cannot ask right before its
     # write says how late after its last look it may write (:attr:`Pusher.write_margin_s`).
     gate: Callable[[], bool] | None = None
+    # Told the wall-clock time of a write that came more than the client's margin
+    # (:attr:`Pusher.write_margin_s`) after the gate's yes, right after that write, before
+    # anything else runs (a client with :attr:`Pusher.exact_writes`): the worker moves the
+    # request's grant there at once (worker.runtime: ``_written_late``), not when the answer
+    # comes, which may be after the grant a quota later was made.
+    written: Callable[[float], None] | None = None
 
 
 class NotSent(Exception):
@@ -56,6 +62,11 @@ class Pusher(AsyncResource):
     # True: the gate is asked right before every write (the worker then looks at the grant
     # there only: a look when the push starts too would move most late grants twice).
     gate_before_write: bool = False
+    # True: the gate is asked right before every write and a later write than
+    # ``write_margin_s`` after it is told at once (the request's ``written``): every request
+    # then reaches its socket within its grant's window, and the worker gives each group's
+    # sliding log one spare lane (worker.groups: ``SpareLaneLog``).
+    exact_writes: bool = False
 
     @abc.abstractmethod
     async def push(self, request: PushRequest) -> PushResult:
