@@ -9,8 +9,9 @@ only those groups' shares, however much of its quota the others leave unused (th
 So a group that has used its own budget and still has jobs may take grants from the budget of a
 sibling group (of the same topic, owned by the same worker) that has nothing buffered: each
 grant is taken from, and logged in, the lender's own :class:`~capacity.rate.QpsCounter`. Every
-counter keeps its own bound (no window of ``window_s`` holds more than its ``qps`` grants), so
-the topic's sum over any window stays within the sum of its groups' shares, exactly as without
+counter keeps its own bound (no window of ``window_s`` holds more than its ``qps`` grants, plus
+its spare lane with the lean client: worker.groups ``SpareLaneLog``), so the topic's sum over any
+window stays within the sum of its groups' shares (plus one per group), exactly as without
 lending, and no coordination is needed: a worker lends only what its own groups' shares allow,
 so a fleet's sum is unchanged. A lender that gets jobs of its own stops lending at once; what it
 lent in the last window counts against it, paced as its own sends would have been, so it goes on
