@@ -40,6 +40,41 @@ from worker.standalone import StandaloneAssignment
 SECRET = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
 
 
+class LoopGaps:
+    """Where this loop did not run: a ticker every ``tick_s``; a gap between two ticks longer
+    than ``slack_s`` is time the loop (and a worker on it) lost to the machine, to another
+    thread or to a collection. A test that judges a worker's pace over a short span takes it
+    off the span, so a stall of the test process is not read as the worker's pace."""
+
+    def __init__(self, tick_s: float = 0.005, slack_s: float = 0.02) -> None:
+        self.tick_s, self.slack_s = tick_s, slack_s
+        self.gaps: list[tuple[float, float]] = []  # (last tick, next tick), wall clock
+        self._ticking: asyncio.Task[None] | None = None
+
+    async def _tick(self) -> None:
+        last = time.time()
+        while True:
+            await asyncio.sleep(self.tick_s)
+            now = time.time()
+            if now - last > self.slack_s:
+                self.gaps.append((last + self.tick_s, now))
+            last = now
+
+    def lost(self, start: float, end: float) -> float:
+        """Seconds of ``[start, end)`` the loop did not run."""
+        return sum(max(0.0, min(b, end) - max(a, start)) for a, b in self.gaps)
+
+    async def __aenter__(self) -> LoopGaps:
+        self._ticking = asyncio.ensure_future(self._tick())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        assert self._ticking is not None
+        self._ticking.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self._ticking
+
+
 @contextlib.asynccontextmanager
 async def worker_in_loop(
     config: ConfigStore,

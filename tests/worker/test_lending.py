@@ -21,7 +21,7 @@ from adapters.memory_queue import MemoryQueueBackend
 from emq.api.enqueue import Enqueuer, jump_hash
 from emq.core.interfaces import Pusher, PushRequest, PushResult
 from emq.core.model import Namespace, Tenant, Topic, TopicRef
-from tests.worker.conftest import Sink, Stack, full_seconds, worker_in_loop
+from tests.worker.conftest import LoopGaps, Sink, Stack, full_seconds, worker_in_loop
 
 QPS = 300  # two groups of 150
 
@@ -71,7 +71,7 @@ async def test_one_groups_backlog_goes_at_the_topic_quota_and_its_lender_keeps_i
     enqueuer = Enqueuer(config, queues)
     await enqueuer.enqueue(ref, _jobs(0, 1500), batch=True)  # all in group 0
     pusher = _Recording()
-    async with worker_in_loop(config, queues, pusher) as running:
+    async with LoopGaps() as gaps, worker_in_loop(config, queues, pusher) as running:
         while len(pusher.sent) < 900:  # three seconds at the quota, one and a half without
             assert not running.done(), running
             await asyncio.sleep(0.02)
@@ -86,12 +86,16 @@ async def test_one_groups_backlog_goes_at_the_topic_quota_and_its_lender_keeps_i
     assert _busiest_window(times) <= QPS + 2  # the topic's promise, lending or not
     first = times[0]
     lent = [t for t, url in pusher.sent if first + 0.5 <= t < woken and url.endswith("g0")]
-    span = woken - first - 0.5
+    # The pace is judged over the time this loop ran: a stall of the test process (the
+    # machine, a collection) is no pace of the worker's, and it does not catch up on purpose.
+    span = woken - first - 0.5 - gaps.lost(first + 0.5, woken)
     assert len(lent) / span >= 0.9 * QPS, (len(lent), span)  # group 0 alone: the whole quota
     g1 = sorted(t for t, url in pusher.sent if url.endswith("g1"))
     assert g1[0] - woken < 0.5, g1[0] - woken  # its own jobs go at once (no burst: its pace)
     in_its_first_second = sum(1 for t in g1 if t < g1[0] + 1.0)
-    assert in_its_first_second >= 0.85 * QPS / 2, in_its_first_second  # its share, at once
+    ran = 1.0 - gaps.lost(g1[0], g1[0] + 1.0)
+    assert ran > 0.5, gaps.gaps  # (else the second says nothing of the worker's pace)
+    assert in_its_first_second >= 0.85 * QPS / 2 * ran, (in_its_first_second, ran)  # its share
     # While group 1 has jobs of its own (a second after its first, until its last), group 0
     # sends at its own share: nothing is lent by a group with jobs.
     g0_meanwhile = [
