@@ -23,6 +23,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   ``grants_moved``: the grants the worker moved to when their jobs went out, of ``delivered``
   (``late_send``: sent more than 2 ms after the grant; ``late_write``: written past the HTTP
   client's margin after its last look at the grant): how often it was late.
+  ``worker_runqueue_wait``: how long the worker's event-loop thread waited for a CPU while
+  runnable (``/proc/<pid>/schedstat``), as % of the measured seconds and of their worst second:
+  the machine's part in a slow run (alone ~5 %, beside the busy loop 20-40 %).
 * **W4** idle cost: 3334 topics x 1 group x 3 priorities = 10 002 queues; worker memory before and
   after owning them; CPU and Redis commands/s (``total_commands_processed``, which counts the
   commands Lua scripts run too) all idle over a whole sweep period, then with 1 % of the queues

@@ -79,6 +79,62 @@ class CpuMeter:
         return out
 
 
+def run_delay_s(pid: int) -> float:
+    """Seconds the main thread of process ``pid`` (a worker's event loop) has spent runnable
+    but waiting for a CPU so far: the second field of ``/proc/<pid>/schedstat``."""
+    with open(f"/proc/{pid}/schedstat") as fh:
+        return int(fh.read().split()[1]) / 1e9
+
+
+class RunQueueWait:
+    """How long a process's main thread waited for a CPU while it was runnable, sampled every
+    ``period_s`` over a stretch of a run: the machine's part in a slow run, told apart from the
+    build's (a worker whose loop waits for a CPU turns late, whatever its code does).
+
+    ``read()`` gives the waiting as % of the wall-clock time, over the whole stretch and over
+    its worst second (the samples' sliding sum over 1 s)."""
+
+    def __init__(self, pid: int, period_s: float = 0.1) -> None:
+        self.pid = pid
+        self.period_s = period_s
+        self._samples: list[tuple[float, float]] = []  # (monotonic, run delay so far)
+        self._task: asyncio.Task[None] | None = None
+
+    def _sample(self) -> None:
+        with contextlib.suppress(OSError, IndexError, ValueError):  # (the process ended)
+            self._samples.append((time.monotonic(), run_delay_s(self.pid)))
+
+    async def _run(self) -> None:
+        while True:
+            self._sample()
+            await asyncio.sleep(self.period_s)
+
+    def start(self) -> RunQueueWait:
+        self._task = asyncio.ensure_future(self._run())
+        return self
+
+    def read(self) -> dict[str, float]:
+        if self._task is not None:
+            self._task.cancel()
+            self._task = None
+        self._sample()
+        samples = self._samples
+        if len(samples) < 2:
+            return {"waited_pct": 0.0, "waited_worst_second_pct": 0.0}
+        (t0, w0), (t1, w1) = samples[0], samples[-1]
+        worst, j = 0.0, 0
+        for t, w in samples:
+            while samples[j][0] < t - 1.0:
+                j += 1
+            span = t - samples[j][0]
+            if span >= 0.5:  # (a second's window, once samples cover enough of it)
+                worst = max(worst, (w - samples[j][1]) / span)
+        return {
+            "waited_pct": round(100 * (w1 - w0) / max(1e-6, t1 - t0), 1),
+            "waited_worst_second_pct": round(100 * worst, 1),
+        }
+
+
 async def json_of(module: str, *args: str, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
     """``python -m module args`` (a bench's client in its own process): its JSON output, or
     None and why (its exit status and the end of its stderr); killed after ``timeout_s``."""

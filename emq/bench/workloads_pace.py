@@ -13,6 +13,7 @@ from emq.api.enqueue import jump_hash
 from emq.bench.harness import (
     CpuMeter,
     Harness,
+    RunQueueWait,
     job_item,
     preload,
     round_robin,
@@ -54,9 +55,12 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
         meter = CpuMeter({"worker": worker.pid, "sink": h.sink_pid}).start()
         worker.load_topics()
         first = int(await wait_first_delivery(h)) + W3_WARMUP_S
+        await sleep_until(first)
+        waited = RunQueueWait(worker.pid).start()
         await sleep_until(first + seconds + 0.2)
         stats = await h.sink_call("/_stats")
         used = meter.read()
+        worker_waited = waited.read()
         status = await worker.status()
     ratios = [n / W3_QPS for counts in window(stats, W3_TOPICS, first, seconds) for n in counts]
     return judge(
@@ -74,6 +78,9 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
             "seconds": seconds,
             "jobs": jobs,
             "cpu_pct_of_core": share(used),
+            # How long the worker's event loop waited for a CPU while runnable, over the
+            # measured seconds and their worst second: the machine's part in a slow run.
+            "worker_runqueue_wait": worker_waited,
             # Grants moved to when their jobs went out, of the jobs delivered in the whole run
             # (emq_quota_grants_moved_total): how often the worker was late to a grant.
             "grants_moved": status["grants_moved"],
