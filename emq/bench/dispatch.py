@@ -162,7 +162,8 @@ def summary(result: dict[str, Any]) -> str:
         c = r["contention"]
         lines.append(
             f"  other load: {c['other_processes_pct_of_core']}% of a core "
-            f"(machine {c['machine_busy_pct']}% busy)"
+            f"(machine {c['machine_busy_pct']}% busy, {c['stolen_pct_of_core']}% of a core "
+            "stolen by the host)"
         )
     return "\n".join(lines)
 

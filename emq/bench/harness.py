@@ -160,12 +160,20 @@ def share(used: dict[str, float]) -> dict[str, float]:
     return {k: round(100 * v / wall, 1) for k, v in used.items() if k != "wall_s"}
 
 
-def _busy_and_total_s() -> tuple[float, float]:
-    """Seconds all cores spent busy and in total so far (first line of /proc/stat)."""
-    with open("/proc/stat") as fh:
-        ticks = [int(v) for v in fh.readline().split()[1:]]
+def cpu_times_s(line: str) -> tuple[float, float, float]:
+    """Seconds all cores spent busy, in total, and stolen by the hypervisor, from the first
+    line of /proc/stat ("cpu user nice system idle iowait irq softirq steal ..."; steal: time
+    a virtual machine's CPUs were ready to run and the host ran something else). Kernels
+    without the steal column read 0 there."""
+    ticks = [int(v) for v in line.split()[1:]]
     idle = ticks[3] + ticks[4]  # idle, iowait
-    return (sum(ticks) - idle) / _CLK_TCK, sum(ticks) / _CLK_TCK
+    steal = ticks[7] if len(ticks) > 7 else 0
+    return (sum(ticks) - idle) / _CLK_TCK, sum(ticks) / _CLK_TCK, steal / _CLK_TCK
+
+
+def _busy_and_total_s() -> tuple[float, float, float]:
+    with open("/proc/stat") as fh:
+        return cpu_times_s(fh.readline())
 
 
 def _loadavg() -> float:
@@ -177,8 +185,9 @@ class Contention:
     """How busy the machine was with other work while a workload ran.
 
     On a shared machine the figures of a run depend on what else runs; this says how much did:
-    the machine's busy share, and the CPU of processes that were not the benchmark's (the
-    benchmark itself, its children once reaped, the sink and Redis).
+    the machine's busy share, the CPU of processes that were not the benchmark's (the
+    benchmark itself, its children once reaped, the sink and Redis), and the time the
+    hypervisor took from this virtual machine's CPUs (steal).
     """
 
     def __init__(self, sink_pid: int, redis_pid: int) -> None:
@@ -191,14 +200,14 @@ class Contention:
         return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + servers
 
     def start(self) -> Contention:
-        self._busy, self._total = _busy_and_total_s()
+        self._busy, self._total, self._steal = _busy_and_total_s()
         self._ours = self._ours_s()
         self._wall = time.monotonic()
         self._load = _loadavg()
         return self
 
     def read(self) -> dict[str, Any]:
-        busy, total = _busy_and_total_s()
+        busy, total, steal = _busy_and_total_s()
         wall = max(1e-6, time.monotonic() - self._wall)
         others = max(0.0, (busy - self._busy) - (self._ours_s() - self._ours))
         return {
@@ -206,6 +215,8 @@ class Contention:
                 100 * (busy - self._busy) / max(1e-6, total - self._total), 1
             ),
             "other_processes_pct_of_core": round(100 * others / wall, 1),
+            # (the hypervisor's: counted in the busy share and the others' above, run by none)
+            "stolen_pct_of_core": round(100 * (steal - self._steal) / wall, 1),
             "loadavg_1m": [self._load, _loadavg()],
         }
 

@@ -78,6 +78,10 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
             "seconds": seconds,
             "jobs": jobs,
             "cpu_pct_of_core": share(used),
+            # The worker's CPU per job delivered in the run: the same code costs more where the
+            # machine runs it slower (a busy sibling on the core, the host), which the wait
+            # below does not show.
+            "worker_cpu_us_per_job": round(used["worker"] / max(1, status["delivered"]) * 1e6, 1),
             # How long the worker's event loop waited for a CPU while runnable, over the
             # measured seconds and their worst second: the machine's part in a slow run.
             "worker_runqueue_wait": worker_waited,

@@ -5,11 +5,13 @@ for a CPU while runnable, read from /proc/<pid>/schedstat, as W3 reports it for 
 from __future__ import annotations
 
 import asyncio
+import os
 import sys
+import time
 
 import pytest
 
-from emq.bench.harness import RunQueueWait, run_delay_s
+from emq.bench.harness import Contention, RunQueueWait, cpu_times_s, run_delay_s
 
 BUSY = "while True: pass"
 IDLE = "import time; time.sleep(30)"
@@ -51,3 +53,30 @@ async def test_a_process_that_ended_reads_what_was_sampled() -> None:
     await _stop([proc])
     figures = meter.read()  # (its last sample fails quietly: the process is gone)
     assert set(figures) == {"waited_pct", "waited_worst_second_pct"}
+
+
+def test_cpu_times_read_busy_total_and_steal_from_proc_stat() -> None:
+    # user nice system idle iowait irq softirq steal guest guest_nice, in clock ticks
+    line = "cpu  400 0 100 1000 50 0 0 30 0 0\n"
+    tck = os.sysconf("SC_CLK_TCK")
+    busy, total, steal = cpu_times_s(line)
+    assert (busy, total, steal) == (530 / tck, 1580 / tck, 30 / tck)
+    # a kernel without the steal column
+    assert cpu_times_s("cpu  400 0 100 1000 50 0 0\n")[2] == 0.0
+
+
+async def test_contention_reads_shares_of_the_machine_over_the_run() -> None:
+    meter = Contention(os.getpid(), os.getpid()).start()
+    end = time.monotonic() + 0.2
+    while time.monotonic() < end:
+        pass  # (busy: the machine's busy share cannot read 0)
+    figures = meter.read()
+    assert set(figures) == {
+        "machine_busy_pct",
+        "other_processes_pct_of_core",
+        "stolen_pct_of_core",
+        "loadavg_1m",
+    }
+    assert 0 < figures["machine_busy_pct"] <= 100
+    assert figures["stolen_pct_of_core"] >= 0
+    assert figures["other_processes_pct_of_core"] >= 0
