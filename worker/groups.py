@@ -112,7 +112,7 @@ GRANT_WINDOW_S = grant_window_s(Pusher.write_margin_s)  # (the default: aiohttp'
 # overflow paid back paced (a credit drained a little faster than the quota), not at once.
 # A bucket keeping up to 100 ms of accrual for a group short of tokens at its last look was
 # tried later that day: +26 points in a simulation, nothing on the real worker beside the busy
-# loop, where the log's lanes lose, not the bucket (README, W3, "fifth session").
+# loop, where the log's lanes lose, not the bucket (docs/benchmarks.md, W3, "fifth session").
 
 
 class GrantLog(QpsCounter):
@@ -132,8 +132,8 @@ class SpareLaneLog(GrantLog):
     told at once when later, ``PushRequest.written``), so any 1000 ms at the receiver lies in a
     window of the log and holds at most ``qps + burst + 1`` of the group. aiohttp's writes are
     late now and then past its margin (see above), which that slack covers: it keeps GrantLog.
-    Measured (`emq bench dispatch --workload W3 --competitor --json`, 2026-11-25): see the
-    README's W3 paragraph."""
+    Measured (`emq bench dispatch --workload W3 --competitor --json`): docs/benchmarks.md, W3
+    paragraphs "fourth session" onwards, and the README's table."""
 
     __slots__ = ()
     spare = 1
