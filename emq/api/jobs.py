@@ -13,6 +13,7 @@ from :class:`~emq.core.jobs.JobFacts` (one Redis round trip) and the topic's con
 
 from __future__ import annotations
 
+import math
 import time
 from datetime import UTC, datetime
 from typing import Any
@@ -156,15 +157,31 @@ def _why(
         if now_ms - place.enqueued_ms > NO_OWNER_AFTER_MS:
             return _reason("no_owner", "no worker reports owning this job's group")
         return None
-    if snap.quota_until_ms is not None and snap.quota_until_ms > now_ms:
-        detail = f"the group's budget ({topic.qps / topic.groups:g}/s) is spent"
-        return _reason("quota", detail, snap.quota_until_ms)
+    if snap.quota_until_ms is not None:
+        group_qps = topic.qps / topic.groups
+        detail = f"the group's budget ({group_qps:g}/s) is spent"
+        return _reason("quota", detail, _next_grant_ms(snap.quota_until_ms, group_qps, now_ms))
     if snap.endpoint_full:
         return _reason(
             "endpoint_concurrency",
             f"the endpoint has {topic.endpoint_concurrency} requests in flight (its limit)",
         )
     return _reason("worker_backlog", f"worker {snap.worker} has not reached it yet")
+
+
+def _next_grant_ms(free_ms: int, group_qps: float, now_ms: int) -> int:
+    """When the group's budget frees up next, from a snapshot that saw it spent until
+    ``free_ms``: then, if that is still ahead; else the first of the grants that followed at
+    the group's pace (one each ``1 / group_qps``) after ``now_ms``. A group held by its quota
+    with jobs waiting stays held: the grant that freed went to the job at its head, and the
+    next one frees a grant's interval later. (Answering the snapshot's time only while it was
+    ahead said ``worker_backlog`` for most of every second of a 1 QPS group whose snapshot
+    came just before its grant: both run once a second and stay in step, 15 s and more in
+    tests/worker/test_job_status.py.)"""
+    if free_ms > now_ms or group_qps <= 0:
+        return free_ms
+    step_ms = 1000 / group_qps
+    return free_ms + int(math.ceil((now_ms - free_ms + 1) / step_ms) * step_ms)
 
 
 def _le(a: str, b: str | None) -> bool:

@@ -51,6 +51,27 @@ def test_reasons_of_a_waiting_job_in_order_paused_quota_concurrency_backlog() ->
     assert status(idle)["reason"]["code"] == "worker_backlog"  # type: ignore[index]
 
 
+def test_quota_until_is_the_snapshots_time_or_the_next_grant_at_the_groups_pace_after_it() -> None:
+    ahead = JobFacts(offset="300-0", committed="100-0", snapshot=snap(quota_until_ms=NOW + 400))
+    assert status(ahead)["reason"]["until"] == iso(NOW + 400)  # type: ignore[index]
+    # The snapshot (200 ms old) saw the budget spent until 410 ms ago: the grant then went to
+    # the job at the head, the next ones free every 20 ms (100 QPS over 2 groups): still quota,
+    # until the first of them after now. (It said worker_backlog: a 1 QPS group whose snapshot
+    # came just before each grant answered that for most of every second.)
+    passed = JobFacts(offset="300-0", committed="100-0", snapshot=snap(quota_until_ms=NOW - 410))
+    reason = status(passed)["reason"]
+    assert reason == {  # type: ignore[comparison-overlap]
+        "code": "quota",
+        "detail": "the group's budget (50/s) is spent",
+        "until": iso(NOW + 10),
+    }
+    on_time = JobFacts(offset="300-0", committed="100-0", snapshot=snap(quota_until_ms=NOW - 400))
+    assert status(on_time)["reason"]["until"] == iso(NOW + 20)  # type: ignore[index]
+    slow = Topic(TOPIC.ref, 1, 1)  # one grant a second
+    facts = JobFacts(offset="300-0", committed="100-0", snapshot=snap(quota_until_ms=NOW - 1))
+    assert status(facts, slow)["reason"]["until"] == iso(NOW + 999)  # type: ignore[index]
+
+
 def test_no_owner_when_nobody_reports_on_a_job_waiting_for_long() -> None:
     old = JobPlace(NOW - 60_000, 1, Priority.MEDIUM)
     body = status(JobFacts(offset="300-0", committed="100-0"), place=old)
