@@ -171,7 +171,7 @@ def cpu_times_s(line: str) -> tuple[float, float, float]:
     return (sum(ticks) - idle) / _CLK_TCK, sum(ticks) / _CLK_TCK, steal / _CLK_TCK
 
 
-def _busy_and_total_s() -> tuple[float, float, float]:
+def _cpu_times_now() -> tuple[float, float, float]:
     with open("/proc/stat") as fh:
         return cpu_times_s(fh.readline())
 
@@ -200,14 +200,14 @@ class Contention:
         return me.ru_utime + me.ru_stime + children.ru_utime + children.ru_stime + servers
 
     def start(self) -> Contention:
-        self._busy, self._total, self._steal = _busy_and_total_s()
+        self._busy, self._total, self._steal = _cpu_times_now()
         self._ours = self._ours_s()
         self._wall = time.monotonic()
         self._load = _loadavg()
         return self
 
     def read(self) -> dict[str, Any]:
-        busy, total, steal = _busy_and_total_s()
+        busy, total, steal = _cpu_times_now()
         wall = max(1e-6, time.monotonic() - self._wall)
         others = max(0.0, (busy - self._busy) - (self._ours_s() - self._ours))
         return {

@@ -7,10 +7,11 @@ from __future__ import annotations
 import asyncio
 import os
 import sys
-import time
+from types import SimpleNamespace
 
 import pytest
 
+from emq.bench import harness
 from emq.bench.harness import Contention, RunQueueWait, cpu_times_s, run_delay_s
 
 BUSY = "while True: pass"
@@ -65,18 +66,25 @@ def test_cpu_times_read_busy_total_and_steal_from_proc_stat() -> None:
     assert cpu_times_s("cpu  400 0 100 1000 50 0 0\n")[2] == 0.0
 
 
-async def test_contention_reads_shares_of_the_machine_over_the_run() -> None:
-    meter = Contention(os.getpid(), os.getpid()).start()
-    end = time.monotonic() + 0.2
-    while time.monotonic() < end:
-        pass  # (busy: the machine's busy share cannot read 0)
-    figures = meter.read()
+def test_contention_reads_shares_of_the_machine_over_the_run(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Two readings of /proc/stat 2 s apart: 80 of 200 ticks busy, 30 of them stolen.
+    tck = os.sysconf("SC_CLK_TCK")
+    lines = iter(["cpu  100 0 0 900 0 0 0 0\n", "cpu  150 0 0 1020 0 0 0 30\n"])
+    clock = iter([10.0, 12.0])
+    monkeypatch.setattr(harness, "_cpu_times_now", lambda: cpu_times_s(next(lines)))
+    # (the harness's own view of time: other threads keep the real clock)
+    monkeypatch.setattr(harness, "time", SimpleNamespace(monotonic=lambda: next(clock)))
+    meter = Contention(os.getpid(), os.getpid())
+    monkeypatch.setattr(meter, "_ours_s", lambda: 0.0)  # (nothing of the benchmark's)
+    figures = meter.start().read()
     assert set(figures) == {
         "machine_busy_pct",
         "other_processes_pct_of_core",
         "stolen_pct_of_core",
         "loadavg_1m",
     }
-    assert 0 < figures["machine_busy_pct"] <= 100
-    assert figures["stolen_pct_of_core"] >= 0
-    assert figures["other_processes_pct_of_core"] >= 0
+    assert figures["machine_busy_pct"] == 40.0  # 80 of 200 ticks
+    assert figures["other_processes_pct_of_core"] == round(100 * 80 / tck / 2, 1)
+    assert figures["stolen_pct_of_core"] == round(100 * 30 / tck / 2, 1)
