@@ -329,7 +329,13 @@ def render(console: Any) -> Any:
 
 
 def plan_history(settings: Settings, out_dir: Path) -> dict[str, str]:
-    """Export what the demo recorded and run the planner on it; where the results are."""
+    """Export what the demo recorded and run the planner on it; where the results are.
+
+    The planner needs PySpark, EMQ's ``spark`` extra: an install without it says so instead."""
+    import importlib.util
+
+    if importlib.util.find_spec("pyspark") is None:
+        return {"skipped": "the capacity plan needs PySpark: pip install 'emq[spark]'"}
     history, plan = out_dir / "history", out_dir / "plan"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
         "EMQ_REDIS_URL": settings.redis_url,

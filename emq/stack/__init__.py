@@ -1,8 +1,11 @@
-"""The local stack: Redis and ZooKeeper on loopback, driven through the ``deploy/`` scripts.
+"""The local stack: Redis and ZooKeeper on loopback, driven by the service scripts.
 
-``emq stack up|down|status`` and the test fixtures both use :class:`Service`, so what the tests
-start is what an operator starts. The ports come from the settings (``EMQ_REDIS_URL`` and
-``EMQ_ZK_HOSTS``), so the defaults of every other command point at the stack ``up`` started.
+The scripts (``redis.sh``, ``zookeeper.sh``, ``redis-cluster.sh``) ship inside the package, in
+``emq/stack/scripts/``, so an EMQ installed from a wheel starts its stack as a checkout does
+(``deploy/`` links to them). ``emq stack up|down|status`` and the test fixtures both use
+:class:`Service`, so what the tests start is what an operator starts. The ports come from the
+settings (``EMQ_REDIS_URL`` and ``EMQ_ZK_HOSTS``), so the defaults of every other command point
+at the stack ``up`` started.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from urllib.parse import urlsplit
 from emq.core.errors import BackendUnavailable, ConfigError
 from emq.core.settings import Durability, Settings
 
-DEPLOY_DIR = Path(__file__).resolve().parents[2] / "deploy"
+SCRIPTS_DIR = Path(__file__).resolve().parent / "scripts"
 NOT_RUNNING = 3  # the scripts' "stopped" status, as in LSB init scripts
 
 
@@ -42,7 +45,7 @@ class ServiceStatus:
 
 @dataclass(frozen=True)
 class Service:
-    """One server process managed by a ``deploy/<script>`` (start/stop/status DIR PORT ...)."""
+    """One server process managed by a service script (start/stop/status DIR PORT ...)."""
 
     name: str
     script: str
@@ -55,9 +58,9 @@ class Service:
         return f"127.0.0.1:{self.port}"
 
     def _run(self, action: str, *args: str) -> subprocess.CompletedProcess[str]:
-        path = DEPLOY_DIR / self.script
+        path = SCRIPTS_DIR / self.script
         if not path.is_file():
-            raise ConfigError(f"{path} not found: run EMQ from its source checkout")
+            raise ConfigError(f"{path} not found: this EMQ install is incomplete; reinstall it")
         argv = ["bash", str(path), action, str(self.data_dir), str(self.port), *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
 
@@ -95,7 +98,7 @@ def _pid_of(stdout: str) -> int:
     words = stdout.split()
     if len(words) >= 2 and words[-2] == "running" and words[-1].isdigit():
         return int(words[-1])
-    raise BackendUnavailable(f"unexpected answer from a deploy script: {stdout.strip()!r}")
+    raise BackendUnavailable(f"unexpected answer from a service script: {stdout.strip()!r}")
 
 
 def _loopback_port(host: str | None, port: int | None, variable: str, default_port: int) -> int:
