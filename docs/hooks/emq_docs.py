@@ -227,21 +227,18 @@ def settings() -> str:
     for section, cls in sections().items():
         table = "top level" if section == "core" else f"`[{section}]` table"
         out += [f"## {section}", "", f"`{cls.__module__}.{cls.__name__}`; in TOML: the {table}."]
-        out += ["", "| variable | type | default | meaning |", "|---|---|---|---|"]
+        out += ["", "| variable | type | default | range | meaning |", "|---|---|---|---|---|"]
         hints = typing.get_type_hints(cls)
         for f in dataclasses.fields(cls):
             var = env_name(f.name, prefix_of(cls))
             declared.append(var)
             default = _default(f, shown_value)
             meaning = meanings.get(var, "")
-            rule = _rule(f)
-            if rule:
-                meaning += f" ({rule})"
             if is_secret(f):
-                meaning += " Secret: shown as `***`."
+                meaning += " (a secret: shown as `***`)"
             out.append(
                 f"| `{var}` | {_cell(_type_name(hints[f.name]))} | {_cell(default)} | "
-                f"{_cell(meaning)} |"
+                f"{_cell(_rule(f))} | {_cell(meaning)} |"
             )
         out.append("")
     out += ["## files", "", "Read before any settings exist.", ""]
@@ -304,7 +301,7 @@ def _rule(f: dataclasses.Field[Any]) -> str:
     if kind == "between":
         return f"from {bound['low']:g} to {bound['high']:g}"
     if kind == "matching":
-        return f"must be {bound['what']}"
+        return str(bound["what"])
     return ""
 
 
@@ -319,10 +316,12 @@ def bench() -> str:
 
     doc = json.loads(BENCH_FILE.read_text(encoding="utf-8"))
     m = doc["machine"]
-    machine = ", ".join(f"{k.replace('_', ' ')} {_cell(v)}" for k, v in m.items() if v != "")
+    shown = {k: v for k, v in m.items() if v != "" and k != "date"}
+    machine = ", ".join(f"{k.replace('_', ' ')} {_cell(v)}" for k, v in shown.items())
     out = [
         f"Run of {doc['date']}, {doc['seconds']:g} s in all; the machine: {machine}.",
         "",
+        *_contention(doc),
         "| benchmark | figure | measured | target | met | reproduce |",
         "|---|---|---|---|---|---|",
     ]
@@ -335,9 +334,34 @@ def bench() -> str:
     return "\n".join(out)
 
 
+def _contention(doc: dict[str, Any]) -> list[str]:
+    """What else took the machine's CPU during the dispatch workloads, as their results say."""
+    seen = [
+        w["contention"]
+        for w in doc["results"].get("dispatch", {}).get("results", ())
+        if w.get("contention")
+    ]
+    if not seen:
+        return []
+
+    def span(key: str) -> str:
+        values = [c[key] for c in seen if key in c]
+        return f"{min(values):g}-{max(values):g}" if values else "?"
+
+    loads = [x for c in seen for x in c.get("loadavg_1m", ())]
+    return [
+        "While the worker workloads ran, other processes took "
+        f"{span('other_processes_pct_of_core')} % of a core and the host stole "
+        f"{span('stolen_pct_of_core')} % (load average "
+        f"{min(loads):g}-{max(loads):g}): figures measured beside other work are low.",
+        "",
+    ]
+
+
 def _reproduce(part: str, doc: dict[str, Any]) -> str:
     if part.startswith("dispatch "):
-        return f"emq bench dispatch --workload {part.split()[1]} --json"
+        workload, _, noop = part.split()[1].partition("-")
+        return f"emq bench dispatch --workload {workload}{' --noop' if noop else ''} --json"
     if part == "fleet":
         f = doc["results"]["fleet"]
         return f"emq fleet simulate --groups {f['groups']} --workers {f['workers']} --json"

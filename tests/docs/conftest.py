@@ -115,18 +115,15 @@ def live_stack(
     try:
         for name, argv in (("api", ["api"]), ("worker", ["worker", "--standalone"])):
             log = scratch / f"{name}.log"
-            procs.append(
-                (
-                    log,
-                    subprocess.Popen(
-                        [str(BIN / "emq"), *argv],
-                        cwd=scratch,
-                        env=env,
-                        stdout=log.open("wb"),
-                        stderr=subprocess.STDOUT,
-                    ),
+            with log.open("wb") as out:  # the child has its own copy of the descriptor
+                proc = subprocess.Popen(
+                    [str(BIN / "emq"), *argv],
+                    cwd=scratch,
+                    env=env,
+                    stdout=out,
+                    stderr=subprocess.STDOUT,
                 )
-            )
+            procs.append((log, proc))
         _wait_healthy(env["EMQ_API_URL"], procs[0][1], procs[0][0])
         yield env
     finally:

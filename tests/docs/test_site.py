@@ -75,3 +75,17 @@ def test_the_benchmark_table_has_every_figure_of_the_data(site: Path) -> None:
     assert doc["date"] in page and doc["machine"]["cpu"] in page
     for part, label, value, _, _ in rows_of(doc):
         assert f"{part}{label}{value}" in page.replace("\n", "")
+
+
+def test_the_readme_links_to_pages_and_anchors_that_exist(site: Path) -> None:
+    """The README is not part of the site, so MkDocs does not check its links: every relative
+    link must name a file of the repository and, for a page of the site, an anchor it has."""
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    links = re.findall(r"\]\(((?!https?:)[^)#]+)(?:#([^)]+))?\)", readme)
+    assert len(links) > 20
+    for target, anchor in links:
+        assert (ROOT / target).exists(), target
+        if anchor:
+            page = Path(target).relative_to("docs").with_suffix("")
+            built = (site / page / "index.html").read_text(encoding="utf-8")
+            assert f'id="{anchor}"' in built, f"{target}#{anchor}"
