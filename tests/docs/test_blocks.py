@@ -15,7 +15,7 @@ import pytest
 from tests.docs.blocks import OWN_STACK, blocks, runnable, script
 from tests.docs.conftest import BIN, ROOT, own_stack_env
 
-PAGE_TIMEOUT_S = 240  # a page that starts Spark or a stack, on a machine other tests load
+PAGE_TIMEOUT_S = 300  # a page that starts Spark or a stack, on a machine other tests load
 PAGES = sorted(
     str(p.relative_to(ROOT))
     for p in [ROOT / "README.md", *(ROOT / "docs").rglob("*.md")]
