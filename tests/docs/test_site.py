@@ -21,6 +21,9 @@ from emq.cli.config import sections
 from emq.core.settings import EXTRA_ENV, env_name, prefix_of
 from tests.docs.conftest import BIN, ROOT
 
+BUILD_TIMEOUT_S = 180  # a few seconds alone; more on a machine that other tests keep busy
+pytestmark = pytest.mark.timeout(BUILD_TIMEOUT_S + 30)
+
 
 @pytest.fixture(scope="module")
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
@@ -32,7 +35,7 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
         env=env,
         capture_output=True,
         text=True,
-        timeout=110,
+        timeout=BUILD_TIMEOUT_S,
         check=False,
     )
     assert done.returncode == 0, done.stderr[-5000:]
