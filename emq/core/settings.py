@@ -41,6 +41,9 @@ MASK = "***"
 EXTRA_ENV: Mapping[str, str] = {
     "EMQ_CONFIG": "",
     "EMQ_ZK_JAR": "/usr/share/java/zookeeper.jar",
+    # Where the docs' examples send their jobs (any receiver answering 200); EMQ ignores it, but
+    # a shell that exported it must still run every `emq` command.
+    "EMQ_SINK_URL": "",
 }
 _T = TypeVar("_T")
 Check = Callable[[Any], None]
