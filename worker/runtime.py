@@ -49,6 +49,7 @@ from worker.endpoints import follow
 from worker.fetch import Fetcher
 from worker.groups import (
     LATE_S,
+    STARVED_S,
     Buffered,
     GrantLog,
     GroupState,
@@ -472,10 +473,12 @@ class Worker:
         in, whatever the loop's speed (a receiver counting any 1000 ms would see it)."""
         lender = item.lent_by  # (a sibling's grant: worker.lending)
         counter = lender.counter if lender is not None else group.counter
+        late_s = now - item.reserved_at
         stamp = counter.restamp(item.reserved_at, now)
         if stamp is not None:
             item.reserved_at = stamp
-            group.topic.stats.moved_late_send += 1
+            if late_s > STARVED_S:  # (moved routinely: counted only when the worker starves)
+                group.topic.stats.moved_late_send += 1
             return True
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())
