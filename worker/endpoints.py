@@ -408,6 +408,29 @@ class EndpointRates:
 
     # ------------------------------------------------------------------ what operators see
 
+    def waits(self, group: GroupState, mono: float, wall: float) -> dict[str, list[Any]]:
+        """Every endpoint not OPEN, for ``group``'s snapshot (job status): its state, rate,
+        hold's end (epoch ms) and, by priority, the oldest of the group's jobs parked on it
+        (:class:`emq.core.jobs.EndpointWait` as a list)."""
+        ceiling = self._ceiling()
+        out: dict[str, list[Any]] = {}
+        for ep in self.endpoints.values():
+            state = ep.state(ceiling, mono)
+            if state == "open" and not ep.parked:
+                continue
+            oldest: dict[str, str] = {}
+            for g, item in ep.parked:
+                if g is group:
+                    oldest.setdefault(item.queue.priority.value, str(item.offset))
+            held = state == "held"
+            until = int((wall + ep.hold_until - mono) * 1000) if held else None
+            rate = 0.0 if ep.disabled else round(min(ep.rate, ceiling), 2)
+            out[ep.name] = [state, rate, until, oldest]
+        return out
+
+    def has_parked(self, group: GroupState) -> bool:
+        return any(g is group for ep in self.endpoints.values() for g, _ in ep.parked)
+
     def status(self, mono: float) -> list[dict[str, Any]]:
         """Every followed endpoint: state, current rate and why (for the API and metrics)."""
         ceiling = self._ceiling()
