@@ -498,6 +498,7 @@ def run_cli(
             "zk_outage": {"outage_s": duration_s},
             "hanging": {"duration_s": duration_s},
             "redis_restart": {"load_s": duration_s},
+            "zk_quorum": {"outage_s": duration_s},
         }
     return run(names, say, **overrides)
 
