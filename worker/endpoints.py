@@ -12,9 +12,11 @@ States of one endpoint::
 
 **Learning an endpoint's limit.** While an endpoint is LIMITED its 2xx answers of the last
 second are counted: a 429/503 then says how much it takes (``capacity``, those answers), and
-its rate goes to :data:`KEEP` of that rather than ``decrease`` times the rate; from there it
-rises only :data:`PROBE_PER_S` of the capacity per second (until 20 % past it, then by
-``increase_qps`` again), so the endpoint is asked for more only every twenty seconds or so. A
+its rate goes to :data:`KEEP` of that rather than ``decrease`` times the rate; it climbs back
+by ``increase_qps`` to :data:`KEEP` of the capacity remembered (a second that took less, answers
+late on a busy worker, lowers it only to :data:`CAPACITY_KEPT` of what it was), and from there
+only by :data:`PROBE_PER_S` of it per second (until 20 % past it, then by ``increase_qps``
+again), so the endpoint is asked for more only every twenty seconds or so. A
 ``Retry-After`` holds the endpoint for that long and sets the rate the same way: the hold is
 the endpoint's answer to the excess, and a cut on top left a 40/s endpoint 24/s. A 429 met
 while OPEN (nothing counted yet) and a slow p90 cut by ``decrease``.
@@ -67,10 +69,11 @@ PARK_S = 10.0  # ... or this many seconds of the topic's quota
 MAX_HOLD_S = 3600.0
 DISABLED_DEFER_S = 60.0  # a job past the parked ones of a disabled endpoint is due again then
 TAT_CREDIT_S = 0.01  # a Retry-After longer than this holds the endpoint this long
-KEEP = 0.95  # after a 429/503 the rate goes to this share of what the endpoint took in 1 s
+KEEP = 0.9  # after a 429/503 the rate goes to this share of what the endpoint took in 1 s
 PROBE_PER_S = 0.0025  # ... and rises by this share of that per second up to it and past it
 PROBE_SPAN = 1.2  # ... up to this multiple of it, before increase_qps applies again
 MIN_COUNTED = 3  # answers counted in the last second for a capacity to be believed
+CAPACITY_KEPT = 0.9  # a lower count than the capacity remembered lowers it to this share
 
 # release(): may the parked job go? True: sent; False: not now (its group at quota, its topic
 # paused or full); None: its group is gone (dropped here).
@@ -228,7 +231,7 @@ class EndpointRates:
     def _step(self, ep: Endpoint) -> float:
         """How fast the rate rises (per second): slowly around a learned capacity."""
         capacity = ep.capacity
-        if capacity and ep.rate < capacity * PROBE_SPAN:
+        if capacity and capacity * KEEP <= ep.rate < capacity * PROBE_SPAN:
             return min(self.policy.increase_qps, capacity * PROBE_PER_S)
         return self.policy.increase_qps
 
@@ -341,7 +344,9 @@ class EndpointRates:
         ceiling = self._ceiling()
         took = self._took_in_last_second(ep, mono) if throttled else 0
         if took:  # what it took: keep just under it (see the module)
-            ep.capacity = float(took)
+            # A second that took less than before (answers late on a busy worker, a burst)
+            # lowers the remembered capacity only a little: the rate climbs back quickly.
+            ep.capacity = max(float(took), ep.capacity * CAPACITY_KEPT)
             ep.rate = max(self.policy.min_qps, min(took, ceiling) * KEEP)
         else:
             ep.rate = max(self.policy.min_qps, min(ep.rate, ceiling) * self.policy.decrease)

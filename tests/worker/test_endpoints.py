@@ -229,6 +229,23 @@ def test_a_retry_after_holds_without_cutting_below_what_the_endpoint_took() -> N
         rates.pushed(_item("http://a:1/x", i), PushResult(200, 0.01), 1.01 + i / 41)
     rates.pushed(a, PushResult(429, 0.01, retry_after_s=1.0), 2.0)
     assert ep.state(100.0, 2.5) == "held" and ep.capacity == 40.0
-    assert ep.rate == 0.95 * 40  # just under what it took, not 0.7 x 70
+    assert ep.rate == 0.9 * 40  # just under what it took, not 0.7 x 70
     rates.admit(group, _item("http://a:1/y", 99), 12.0)
-    assert 38.0 < ep.rate <= 38.0 + 0.0025 * 40 * 10 + 1e-9  # and it asks for more slowly
+    assert 36.0 < ep.rate <= 36.0 + 0.0025 * 40 * 10 + 1e-9  # and it asks for more slowly
+
+
+def test_a_second_that_took_less_lowers_the_capacity_a_little_and_the_rate_climbs_back() -> None:
+    rates, _, group = _rates(adaptive=True)
+    a = _item("http://a:1/x")
+    rates.pushed(a, PushResult(429, 0.01), 0.0)
+    for i in range(40):
+        rates.pushed(_item("http://a:1/x", i), PushResult(200, 0.01), 1.01 + i / 41)
+    rates.pushed(a, PushResult(429, 0.01), 2.0)
+    ep = rates.endpoints["a:1"]
+    assert ep.capacity == 40.0
+    for i in range(30):  # answers late on a busy worker: 30 counted in the next second
+        rates.pushed(_item("http://a:1/x", i), PushResult(200, 0.01), 3.01 + i / 31)
+    rates.pushed(a, PushResult(429, 0.01), 4.0)
+    assert ep.capacity == 36.0 and ep.rate == 0.9 * 30
+    rates.admit(group, _item("http://a:1/y", 99), 5.0)
+    assert ep.rate == 0.9 * 30 + 5.0  # increase_qps back up to 90 % of the capacity
