@@ -93,6 +93,9 @@ def _wait_gone(pid: int, timeout_s: float = 10.0) -> None:
     while time.monotonic() < deadline:
         try:
             os.kill(pid, 0)
-        except ProcessLookupError:
+            with open(f"/proc/{pid}/stat") as fh:  # a killed child not yet reaped is gone too
+                if fh.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return
+        except (ProcessLookupError, FileNotFoundError):
             return
         time.sleep(0.02)
