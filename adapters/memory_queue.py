@@ -24,12 +24,14 @@ import bisect
 import collections
 import contextlib
 import itertools
+import json
 import logging
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Generic, TypeVar
 
+from emq.core.endpoints import ALL_ENDPOINTS, endpoint_of
 from emq.core.errors import BackendUnavailable, Fenced, InvalidInput
 from emq.core.interfaces import (
     ZERO_OFFSET,
@@ -118,6 +120,7 @@ class MemoryQueueBackend(QueueBackend):
         self._epochs: dict[GroupRef, int] = {}
         self._holders: dict[GroupRef, str] = {}  # group -> the worker process that claimed it
         self._delayed: dict[GroupRef, list[tuple[int, bytes]]] = {}  # sorted (due, member)
+        self._own_due: set[bytes] = set()  # payloads put with a due time of their own
         self._parked: dict[GroupRef, dict[bytes, int]] = {}  # member -> due, to find duplicates
         self._dlq: dict[GroupRef, _Log[DeadLetter]] = {}
         # (group, key) -> (first job id, expiry); insertion order is expiry order for one window.
@@ -215,6 +218,7 @@ class MemoryQueueBackend(QueueBackend):
                 return PutResult(first, duplicate=True)
         if item.due_ms is not None:
             self._park(group, int(item.due_ms), item.queue.priority, item.payload)
+            self._own_due.add(item.payload)
             return PutResult(item.job_id)
         return PutResult(item.job_id, offset=self._append(item.queue, item.payload))
 
@@ -266,6 +270,24 @@ class MemoryQueueBackend(QueueBackend):
         if due:
             self._notify([group])
         return due
+
+    async def release_deferred(
+        self, group: GroupRef, endpoint: str, until_ms: int, now_ms: int
+    ) -> int:
+        self._open()
+        released = []
+        for due, member in self._delayed.get(group, []):
+            payload = member.partition(b"|")[2]
+            if due > until_ms or payload in self._own_due:
+                continue
+            url = json.loads(payload).get("job", {}).get("url", "")
+            if endpoint in (ALL_ENDPOINTS, endpoint_of(url)):
+                released.append((Priority(member.partition(b"|")[0].decode()), payload))
+        for priority, payload in released:
+            self._park(group, now_ms, priority, payload)
+        if released:
+            self._notify([group])
+        return len(released)
 
     async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
         """Park ``items`` in the group's delayed set (and the due index); fenced like a trim."""

@@ -49,7 +49,7 @@ BEFORE_MS = 2_000  # clock skew allowed between the API that made the id and Red
 
 # KEYS: stream, checkpoint, job_due, then (stream, checkpoint) of each higher priority
 # ARGV: job id, search from (ms), before_ms, ahead_cap, scan_cap, skip ('1': finished for good)
-# -> {due, committed, offset, ahead, exact}
+# -> {due, committed, offset, ahead, exact, data (the entry's, where found)}
 FIND = """
 local id = ARGV[1]
 local prefix = '{"id":"' .. id .. '"'
@@ -66,7 +66,7 @@ local function search(from, to, reverse)
     for _, e in ipairs(page) do
       local f = e[2]
       for i = 1, #f, 2 do
-        if f[i] == 'd' and string.sub(f[i + 1], 1, #prefix) == prefix then return e[1] end
+        if f[i] == 'd' and string.sub(f[i + 1], 1, #prefix) == prefix then return e[1], f[i + 1] end
       end
     end
     budget = budget - #page
@@ -75,12 +75,12 @@ local function search(from, to, reverse)
   end
   return false
 end
-local offset = false
+local offset, data = false, false
 if not due and not final and redis.call('EXISTS', KEYS[1]) == 1 then
-  offset = search(string.format('%d', since), '+', false)
+  offset, data = search(string.format('%d', since), '+', false)
   if not offset then
     local lo = string.format('%d', since - tonumber(ARGV[3]))
-    offset = search(lo, '(' .. string.format('%d', since), true)
+    offset, data = search(lo, '(' .. string.format('%d', since), true)
   end
 end
 local ahead, exact = 0, 1
@@ -102,7 +102,7 @@ if offset then
     end
   end
 end
-return {due, committed, offset, ahead, exact}
+return {due, committed, offset, ahead, exact, data or false}
 """
 
 
@@ -115,6 +115,16 @@ def _text(raw: Any) -> str | None:
     if raw is None or raw is False:
         return None
     return raw.decode() if isinstance(raw, bytes) else str(raw)
+
+
+def _url_of(data: Any) -> str | None:
+    """The URL of a stored job (an envelope's JSON), or None if it cannot be read."""
+    text = _text(data)
+    try:
+        url = json.loads(text)["job"]["url"] if text else None
+    except (ValueError, KeyError, TypeError):
+        return None
+    return url if isinstance(url, str) else None
 
 
 def _latest(*raws: Any) -> JobRecord | None:
@@ -209,7 +219,7 @@ class RedisJobStore(OwnedClient, JobStore):
             reply = await self._find(keys=keys, args=args)
         except _UNAVAILABLE as e:
             raise BackendUnavailable(f"redis unavailable during job lookup: {e}") from e
-        due, committed, offset, ahead, exact = reply
+        due, committed, offset, ahead, exact, data = reply
         snap_text = _text(snap)
         return JobFacts(
             record=record,
@@ -219,6 +229,7 @@ class RedisJobStore(OwnedClient, JobStore):
             ahead_exact=bool(exact),
             due_ms=int(_text(due) or 0) or None,
             snapshot=GroupSnapshot.from_dict(json.loads(snap_text)) if snap_text else None,
+            url=_url_of(data),
         )
 
     async def oldest_ms(self, queues: Sequence[QueueRef]) -> list[int | None]:

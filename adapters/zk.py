@@ -47,6 +47,7 @@ from emq.core.threads import call_soon
 __all__ = [
     "MEANINGFUL",
     "NO_AUTH_HINT",
+    "RECONNECT_MAX_S",
     "ClientFactory",
     "Poke",
     "SessionStates",
@@ -56,6 +57,7 @@ __all__ = [
     "digest_acl",
     "failed_op",
     "one",
+    "plain_client",
     "reconnecting",
     "settle",
     "start",
@@ -83,25 +85,36 @@ def digest_acl(credentials: Sequence[str]) -> list[object]:
     return acl
 
 
+RECONNECT_MAX_S = 0.5  # how long a client may wait between attempts to reach ZooKeeper
+
+
 def client_factory(credentials: Sequence[str] = ()) -> ClientFactory:
-    """``KazooClient`` itself, or with credentials one that authenticates with them and
-    secures every node it creates to them (the first to write, the others while rotating)."""
-    if not credentials:
-        return KazooClient  # type: ignore[no-any-return]
-    return functools.partial(
-        KazooClient,
-        auth_data=[("digest", c) for c in credentials],
-        default_acl=digest_acl(credentials),
-    )
+    """``KazooClient`` that reconnects promptly (:func:`reconnecting`), with credentials one
+    that also authenticates with them and secures every node it creates to them (the first to
+    write, the others while rotating). A caller's own ``connection_retry`` wins."""
+    options: dict[str, Any] = {
+        "connection_retry": reconnecting(RECONNECT_MAX_S),
+        "command_retry": reconnecting(RECONNECT_MAX_S),
+    }
+    if credentials:
+        options["auth_data"] = [("digest", c) for c in credentials]
+        options["default_acl"] = digest_acl(credentials)
+    return functools.partial(KazooClient, **options)
 
 
 def reconnecting(max_delay_s: float) -> dict[str, float]:
-    """kazoo ``connection_retry`` options: retry for ever, at least every ``max_delay_s``.
+    """kazoo retry options: retry for ever, at least every ``max_delay_s``.
 
-    kazoo's default backs off to 60 s; a session survives a server restart only if the client
-    is back within its timeout of the server's return.
+    kazoo's own connection policy doubles its pause after every failed attempt up to an hour:
+    while an ensemble has no quorum every attempt fails, so a 30 s outage left clients asleep
+    for 10-30 s after the quorum was back (the API answering 503, sessions expiring meanwhile).
+    A session survives an outage only if its client is back within its timeout of the
+    server's return, so the pause is capped at ``max_delay_s``.
     """
     return {"max_tries": -1, "delay": 0.1, "backoff": 2, "max_delay": max_delay_s}
+
+
+plain_client = client_factory()  # without credentials: the default of every ZooKeeper user
 
 
 def hosts_of(client: KazooClient) -> str:

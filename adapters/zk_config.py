@@ -387,15 +387,16 @@ async def connect(
     session_timeout_s: float = 10.0,
     connect_timeout_s: float | None = None,
     request_timeout_s: float = 5.0,
-    new_client: Callable[..., KazooClient] = KazooClient,
+    new_client: Callable[..., KazooClient] | None = None,
 ) -> ZkConfigStore:
     """A store on a new ZooKeeper session, started without blocking the event loop.
 
     The store owns the session and closes it in ``aclose()``. ``BackendUnavailable`` if
     ZooKeeper cannot be reached within ``connect_timeout_s`` (default: the session timeout).
-    ``new_client`` makes the kazoo client (the composition root adds digest auth and ACLs).
+    ``new_client`` makes the kazoo client (default :func:`adapters.zk.client_factory`; the
+    composition root adds digest auth and ACLs).
     """
-    client = new_client(hosts=hosts, timeout=session_timeout_s)
+    client = (new_client or zk.plain_client)(hosts=hosts, timeout=session_timeout_s)
     store = ZkConfigStore(
         client,
         ZkPaths(root),

@@ -94,8 +94,6 @@ __all__ = ["FleetAssignment", "join", "parse_group"]
 
 log = logging.getLogger(__name__)
 
-RECONNECT_MAX_S = 1.0
-
 
 class FleetAssignment(AssignmentSource):
     """The worker's :class:`~emq.core.interfaces.AssignmentSource` in a fleet (see the module)."""
@@ -281,7 +279,7 @@ async def join(
     Call :meth:`FleetAssignment.run` to take part, :meth:`FleetAssignment.aclose` to leave.
     """
     client = new_client(  # auth and ACLs: see adapters.zk.client_factory
-        hosts=hosts, timeout=session_timeout_s, connection_retry=zk.reconnecting(RECONNECT_MAX_S)
+        hosts=hosts, timeout=session_timeout_s, connection_retry=zk.reconnecting(zk.RECONNECT_MAX_S)
     )
     fleet = FleetAssignment(
         client,

@@ -48,7 +48,7 @@ class RouteWatch:
         root: str = "/emq",
         session_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
-        new_client: Callable[..., KazooClient] = KazooClient,
+        new_client: Callable[..., KazooClient] = zk.plain_client,
     ) -> None:
         self.routes = routes
         self._hosts, self._namespaces, self._paths = hosts, tuple(namespaces), ZkPaths(root)

@@ -55,7 +55,7 @@ class ZkFleetView(FleetView):
         root: str = "/emq",
         session_timeout_s: float = 10.0,
         request_timeout_s: float = 5.0,
-        new_client: Callable[..., KazooClient] = KazooClient,
+        new_client: Callable[..., KazooClient] = zk.plain_client,
     ) -> None:
         self._hosts = hosts
         self._new_client = new_client  # auth and ACLs: see emq.compose

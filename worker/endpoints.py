@@ -9,6 +9,17 @@ States of one endpoint::
     OPEN --429/503 | p90 latency > latency_ms--> LIMITED (rate x decrease, at most once a second)
     LIMITED --rate + increase_qps per second reaches the topic's quota--> OPEN
     OPEN | LIMITED --429/503 with Retry-After--> HELD (nothing sent until then) --> LIMITED
+
+**Learning an endpoint's limit.** While an endpoint is LIMITED its 2xx answers of the last
+second are counted: a 429/503 then says how much it takes (``capacity``, those answers), and
+its rate goes to :data:`KEEP` of that rather than ``decrease`` times the rate; it climbs back
+by ``increase_qps`` to :data:`KEEP` of the capacity remembered (a second that took less, answers
+late on a busy worker, lowers it only to :data:`CAPACITY_KEPT` of what it was), and from there
+only by :data:`PROBE_PER_S` of it per second (until 20 % past it, then by ``increase_qps``
+again), so the endpoint is asked for more only every twenty seconds or so. A
+``Retry-After`` holds the endpoint for that long and sets the rate the same way: the hold is
+the endpoint's answer to the excess, and a cut on top left a 40/s endpoint 24/s. A 429 met
+while OPEN (nothing counted yet) and a slow p90 cut by ``decrease``.
     any --disable_after consecutive failures spanning disable_after_s--> DISABLED
     DISABLED --an operator's re-enable (the topic's policy)--> LIMITED (at quota x decrease)
 
@@ -58,6 +69,11 @@ PARK_S = 10.0  # ... or this many seconds of the topic's quota
 MAX_HOLD_S = 3600.0
 DISABLED_DEFER_S = 60.0  # a job past the parked ones of a disabled endpoint is due again then
 TAT_CREDIT_S = 0.01  # a Retry-After longer than this holds the endpoint this long
+KEEP = 0.9  # after a 429/503 the rate goes to this share of what the endpoint took in 1 s
+PROBE_PER_S = 0.0025  # ... and rises by this share of that per second up to it and past it
+PROBE_SPAN = 1.2  # ... up to this multiple of it, before increase_qps applies again
+MIN_COUNTED = 3  # answers counted in the last second for a capacity to be believed
+CAPACITY_KEPT = 0.9  # a lower count than the capacity remembered lowers it to this share
 
 # release(): may the parked job go? True: sent; False: not now (its group at quota, its topic
 # paused or full); None: its group is gone (dropped here).
@@ -82,6 +98,8 @@ class Endpoint:
     """One endpoint's rate, hold, failure streak and parked jobs (see the module)."""
 
     __slots__ = (
+        "capacity",
+        "counted_from",
         "cut_at",
         "disabled",
         "disabled_ms",
@@ -91,6 +109,7 @@ class Endpoint:
         "hold_until_wall",
         "latencies",
         "name",
+        "oks",
         "parked",
         "raised_at",
         "rate",
@@ -117,6 +136,9 @@ class Endpoint:
         self.reason_at = 0.0  # wall clock
         self.parked: deque[tuple[GroupState, Buffered]] = deque()
         self.latencies: list[float] = []
+        self.oks: deque[float] = deque()  # monotonic times of the last second's 2xx (LIMITED)
+        self.counted_from = math.inf  # monotonic: 2xx answers are counted since then
+        self.capacity = 0.0  # 2xx answers in the second before its last 429/503 (0: unknown)
 
     def state(self, ceiling: float, mono: float) -> str:
         if self.disabled:
@@ -194,14 +216,24 @@ class EndpointRates:
         if ep.disabled or mono < ep.hold_until:
             return False
         if ep.rate < ceiling:  # additive increase, for the time since the last raise
-            ep.rate = min(ceiling, ep.rate + self.policy.increase_qps * (mono - ep.raised_at))
+            ep.rate = min(ceiling, ep.rate + self._step(ep) * (mono - ep.raised_at))
         ep.raised_at = mono
         if ep.rate >= ceiling:
+            if ep.counted_from != math.inf:  # OPEN again: nothing more to learn
+                ep.counted_from, ep.capacity = math.inf, 0.0
+                ep.oks.clear()
             return True  # OPEN: the group's quota is the only pace
         # A tick's credit at most: a release a tick late keeps the average pace, and idle time
         # earns no burst.
         ep.tat = max(ep.tat, mono - TAT_CREDIT_S)
         return ep.tat <= mono
+
+    def _step(self, ep: Endpoint) -> float:
+        """How fast the rate rises (per second): slowly around a learned capacity."""
+        capacity = ep.capacity
+        if capacity and capacity * KEEP <= ep.rate < capacity * PROBE_SPAN:
+            return min(self.policy.increase_qps, capacity * PROBE_PER_S)
+        return self.policy.increase_qps
 
     @staticmethod
     def _took(ep: Endpoint) -> None:
@@ -269,12 +301,16 @@ class EndpointRates:
         """Feed one push's outcome (a 2xx costs nothing unless latency or a streak is followed)."""
         status = result.status
         ok = 200 <= status < 300
-        if ok and not self.failing and not self.policy.latency_ms:
+        if ok and not self.failing and not self.policy.latency_ms and not self.watching:
             return
         ep = self._endpoint(endpoint_of(item.read_url()))
         if ep is None:
             return
         if ok:
+            if ep.counted_from <= mono:  # (LIMITED: its capacity is being learned)
+                ep.oks.append(mono)
+                while ep.oks[0] <= mono - 1.0:
+                    ep.oks.popleft()
             if ep.failures:
                 ep.failures = 0
                 self.failing -= 1
@@ -298,17 +334,37 @@ class EndpointRates:
             if mono + hold > ep.hold_until:
                 ep.hold_until, ep.hold_until_wall = mono + hold, now + hold
                 ep.reason, ep.reason_at = f"Retry-After until {_hms(now + hold)}", now
-        self._cut(ep, f"{status} at {_hms(now)}", mono, now)
+        self._cut(ep, f"{status} at {_hms(now)}", mono, now, throttled=True)
 
-    def _cut(self, ep: Endpoint, reason: str, mono: float, now: float) -> None:
+    def _cut(
+        self, ep: Endpoint, reason: str, mono: float, now: float, throttled: bool = False
+    ) -> None:
         if mono - ep.cut_at < CUT_GAP_S:
             return
         ceiling = self._ceiling()
-        ep.rate = max(self.policy.min_qps, min(ep.rate, ceiling) * self.policy.decrease)
+        took = self._took_in_last_second(ep, mono) if throttled else 0
+        if took:  # what it took: keep just under it (see the module)
+            # A second that took less than before (answers late on a busy worker, a burst)
+            # lowers the remembered capacity only a little: the rate climbs back quickly.
+            ep.capacity = max(float(took), ep.capacity * CAPACITY_KEPT)
+            ep.rate = max(self.policy.min_qps, min(took, ceiling) * KEEP)
+        else:
+            ep.rate = max(self.policy.min_qps, min(ep.rate, ceiling) * self.policy.decrease)
+        ep.counted_from = min(ep.counted_from, mono)
         ep.cut_at = ep.raised_at = mono
         ep.tat = max(ep.tat, mono)
         if mono >= ep.hold_until:  # (a hold's reason says more while it lasts)
             ep.reason, ep.reason_at = reason, now
+
+    @staticmethod
+    def _took_in_last_second(ep: Endpoint, mono: float) -> int:
+        """2xx answers of the last second, if they were counted all that second (else 0)."""
+        if ep.counted_from > mono - 1.0:
+            return 0
+        oks = ep.oks
+        while oks and oks[0] <= mono - 1.0:
+            oks.popleft()
+        return len(oks) if len(oks) >= MIN_COUNTED else 0
 
     def _latency(self, ep: Endpoint, ms: float, mono: float) -> None:
         samples = ep.latencies
@@ -356,6 +412,29 @@ class EndpointRates:
         return False
 
     # ------------------------------------------------------------------ what operators see
+
+    def waits(self, group: GroupState, mono: float, wall: float) -> dict[str, list[Any]]:
+        """Every endpoint not OPEN, for ``group``'s snapshot (job status): its state, rate,
+        hold's end (epoch ms) and, by priority, the oldest of the group's jobs parked on it
+        (:class:`emq.core.jobs.EndpointWait` as a list)."""
+        ceiling = self._ceiling()
+        out: dict[str, list[Any]] = {}
+        for ep in self.endpoints.values():
+            state = ep.state(ceiling, mono)
+            if state == "open" and not ep.parked:
+                continue
+            oldest: dict[str, str] = {}
+            for g, item in ep.parked:
+                if g is group:
+                    oldest.setdefault(item.queue.priority.value, str(item.offset))
+            held = state == "held"
+            until = int((wall + ep.hold_until - mono) * 1000) if held else None
+            rate = 0.0 if ep.disabled else round(min(ep.rate, ceiling), 2)
+            out[ep.name] = [state, rate, until, oldest]
+        return out
+
+    def has_parked(self, group: GroupState) -> bool:
+        return any(g is group for ep in self.endpoints.values() for g, _ in ep.parked)
 
     def status(self, mono: float) -> list[dict[str, Any]]:
         """Every followed endpoint: state, current rate and why (for the API and metrics)."""

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from emq.core.errors import BackendUnavailable
-from emq.core.jobs import GroupSnapshot, JobRecord, JobStore, QueueSnapshot
+from emq.core.jobs import EndpointWait, GroupSnapshot, JobRecord, JobStore, QueueSnapshot
 from emq.core.model import GroupRef
 from worker.groups import Buffered, GroupState, priority_index
 
@@ -123,7 +123,9 @@ class JobLog:
     ) -> list[tuple[GroupRef, bytes]]:
         out = []
         for g in list(groups.values()):
-            if g.dropped or not (g.buffered() or g.in_flight):
+            rates = g.topic.rates
+            parked = rates is not None and rates.parked > 0 and rates.has_parked(g)
+            if g.dropped or not (g.buffered() or g.in_flight or parked):
                 continue
             out.append((g.ref, self.snapshot_json(g, now)))
         return out
@@ -143,15 +145,17 @@ class JobLog:
             buffer = buffers[i] if buffers is not None else None
             head = str(buffer[0].offset) if buffer else None
             queues[q.priority.value] = [str(p.committed), str(p.last_fetched), head]
-        return orjson.dumps(
-            {
-                "w": self._worker,
-                "at": int(now * 1000),
-                "qu": quota_until,
-                "ef": g.topic.room() <= 0,
-                "q": queues,
-            }
-        )
+        doc = {
+            "w": self._worker,
+            "at": int(now * 1000),
+            "qu": quota_until,
+            "ef": g.topic.room() <= 0,
+            "q": queues,
+        }
+        rates = g.topic.rates
+        if rates is not None and rates.watching:  # an endpoint is not open: say which
+            doc["ep"] = rates.waits(g, time.monotonic(), now)
+        return orjson.dumps(doc)
 
     def snapshot(self, g: GroupState, now: float) -> GroupSnapshot:
         quota_until = None
@@ -163,8 +167,15 @@ class JobLog:
             buffer = buffers[priority_index(q)] if buffers is not None else None
             head = str(buffer[0].offset) if buffer else None
             queues[q.priority.value] = QueueSnapshot(str(p.committed), str(p.last_fetched), head)
+        rates = g.topic.rates
+        waits = {}
+        if rates is not None and rates.watching:
+            waits = {
+                name: EndpointWait.from_list(v)
+                for name, v in rates.waits(g, time.monotonic(), now).items()
+            }
         return GroupSnapshot(
-            self._worker, int(now * 1000), quota_until, g.topic.room() <= 0, queues
+            self._worker, int(now * 1000), quota_until, g.topic.room() <= 0, queues, waits
         )
 
 

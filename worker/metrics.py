@@ -128,7 +128,7 @@ class TopicCollector(Collector):
         return iter(())  # collected lazily: nothing to check at registration
 
     def collect(self) -> Iterator[Metric]:
-        from worker.groups import E2E_BUCKETS_S, LATE_S, LATENCY_BUCKETS_MS
+        from worker.groups import E2E_BUCKETS_S, LATENCY_BUCKETS_MS, STARVED_S
 
         push = HistogramMetricFamily(
             "emq_push_duration_seconds", "Time of one successful push", labels=LABELS
@@ -151,7 +151,7 @@ class TopicCollector(Collector):
         moved = CounterMetricFamily(
             "emq_quota_grants_moved",
             "Quota grants moved later to when their jobs went out: late_send, sent more than "
-            f"{LATE_S * 1000:g} ms after the grant (a slow event loop, senders all busy); "
+            f"{STARVED_S * 1000:g} ms after the grant (a slow event loop, senders all busy); "
             "late_write, written "
             "past the HTTP client's margin after its last look at the grant (the CPU taken away "
             "right there). Many of either: the worker is short of CPU",

@@ -42,6 +42,7 @@ from emq.core.interfaces import (
 )
 from emq.core.jobs import JobStore
 from emq.core.model import Namespace, Topic, TopicRef
+from worker import reenable
 from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
 from worker.endpoint_report import EndpointCollector, report_loop
@@ -49,6 +50,7 @@ from worker.endpoints import follow
 from worker.fetch import Fetcher
 from worker.groups import (
     LATE_S,
+    STARVED_S,
     Buffered,
     GrantLog,
     GroupState,
@@ -145,6 +147,7 @@ class Worker:
         self._dirty = self.committer.dirty  # the hot path marks finished jobs' groups in it
         self._topics_ready = asyncio.Event()
         self._tasks: dict[str, asyncio.Task[Any]] = {}
+        self._releasing: set[asyncio.Task[int]] = set()  # worker.reenable, one per re-enable
         self._hurried = False  # a second stop signal: no more draining (see hurry)
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
         self.tenant_quota = TenantQuota(
@@ -296,6 +299,7 @@ class Worker:
             old, state.topic = state.topic, topic
             if old.endpoints != topic.endpoints:
                 follow(state, self.dispatcher.parking, self.settings.endpoints_per_topic)
+                self._release_deferred(state, reenable.new_marks(old.endpoints, topic.endpoints))
             if (old.qps, old.groups, old.priority_mode, old.burst, old.weight) != (
                 topic.qps,
                 topic.groups,
@@ -310,6 +314,14 @@ class Worker:
                 now = time.monotonic()
                 for g in state.groups.values():
                     self.dispatcher.wake(g, now)
+
+    def _release_deferred(self, state: TopicState, endpoints: list[str]) -> None:
+        """Re-enabled endpoints: their jobs deferred to the delayed sets come back now."""
+        groups = [g.ref for g in state.groups.values() if not g.dropped]
+        if endpoints and groups:
+            task = asyncio.create_task(reenable.release(self.queues, groups, endpoints))
+            self._releasing.add(task)
+            task.add_done_callback(self._releasing.discard)
 
     # ------------------------------------------------------------------ ownership (see Ownership)
 
@@ -472,10 +484,12 @@ class Worker:
         in, whatever the loop's speed (a receiver counting any 1000 ms would see it)."""
         lender = item.lent_by  # (a sibling's grant: worker.lending)
         counter = lender.counter if lender is not None else group.counter
+        late_s = now - item.reserved_at
         stamp = counter.restamp(item.reserved_at, now)
         if stamp is not None:
             item.reserved_at = stamp
-            group.topic.stats.moved_late_send += 1
+            if late_s > STARVED_S:  # (moved routinely: counted only when the worker starves)
+                group.topic.stats.moved_late_send += 1
             return True
         if group.put_back(item):
             self.dispatcher.wake(group, time.monotonic())

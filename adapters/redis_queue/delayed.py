@@ -44,6 +44,34 @@ return moved
 """
 )
 
+# KEYS: delayed, job_due  ARGV: endpoint ('*': any), until_ms, now_ms -> how many made due now.
+# A member's endpoint is its job URL's host:port, spelled as emq.core.endpoints.endpoint_of
+# spells it (lower case, the scheme's port when none is given); a job with a due time of its
+# own (in job_due: put with delay_s) is left alone.
+RELEASE_DEFERRED = """
+local released = 0
+local ports = {http = '80', https = '443'}
+for _, member in ipairs(redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[2])) do
+  local url = string.match(member, '"job":{"url":"([^"]*)"')
+  local id = string.match(member, '^[a-z]+|{"id":"([^"]+)"')
+  if url and not (id and redis.call('HEXISTS', KEYS[2], id) == 1) then
+    local scheme, rest = string.match(url, '^([^:/]+)://(.*)$')
+    if scheme then
+      local netloc = string.lower(string.match(rest, '^[^/?#]*'))
+      netloc = string.match(netloc, '[^@]*$')
+      if string.sub(netloc, -1) == ']' or not string.find(netloc, ':', 1, true) then
+        netloc = netloc .. ':' .. (ports[string.lower(scheme)] or '80')
+      end
+      if ARGV[1] == '*' or netloc == ARGV[1] then
+        redis.call('ZADD', KEYS[1], ARGV[3], member)
+        released = released + 1
+      end
+    end
+  end
+end
+return released
+"""
+
 # KEYS: delayed, epoch  ARGV: epoch, then (due_ms, member) per job -> {0, current} fenced |
 # {1, parked}. A member already parked keeps one entry (ZADD moves it to the new due time), so
 # re-sending a schedule that failed half-way parks nothing twice.
@@ -80,6 +108,7 @@ class RedisDelayed(RedisQueueBase):
         super()._register_scripts()
         self._promote = self._script(PROMOTE_DUE)
         self._schedule = self._script(SCHEDULE)
+        self._release = self._script(RELEASE_DEFERRED)
         self._earliest = self._script(EARLIEST_DUE)
 
     async def promote_due(self, group: GroupRef, now_ms: int, limit: int) -> int:
@@ -91,6 +120,18 @@ class RedisDelayed(RedisQueueBase):
             log.debug("promoted %d due jobs of %s", moved, group)
             await self._send_hints(Hints.ready_of(group), "promote_due")
         return int(moved)
+
+    async def release_deferred(
+        self, group: GroupRef, endpoint: str, until_ms: int, now_ms: int
+    ) -> int:
+        keys = (self._keys.delayed(group), self._keys.job_due(group))
+        args = (endpoint, until_ms, now_ms)
+        released = await self._call(self._eval(self._release, keys, args), "release_deferred")
+        if released:
+            hints = Hints()
+            hints.add(str(group), now_ms)
+            await self._send_hints(hints, "release_deferred")
+        return int(released)
 
     async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
         """Park ``items`` in the group's delayed set for the owner holding ``epoch``; index them.

@@ -8,7 +8,14 @@ from :class:`~emq.core.jobs.JobFacts` (one Redis round trip) and the topic's con
   of the owner's last snapshot (at most about a second old);
 * estimates: ``position`` (exact up to 10 000 jobs of its own queue, plus the higher
   priorities' backlog, which later high jobs may still overtake), ``eta_s`` (the position at the
-  group's share of the quota), and the reason of a buffered or queued job (the snapshot's).
+  group's share of the quota, or at its endpoint's pace if slower, after a hold; none while the
+  endpoint is disabled: nothing says when it will be re-enabled), and the reason of a buffered
+  or queued job (the snapshot's).
+
+A job whose endpoint is not open (``worker.endpoints``: adaptive pacing, a ``Retry-After``
+hold, auto-disable) says so: ``endpoint_limited``, ``endpoint_held`` (with ``until``) or
+``endpoint_disabled``, and a job parked in its owner's memory for its endpoint is ``buffered``
+(it was taken from the buffer but not sent).
 """
 
 from __future__ import annotations
@@ -18,9 +25,18 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
+from emq.core.endpoints import endpoint_of
 from emq.core.errors import NotFound
 from emq.core.interfaces import Offset
-from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore, job_place
+from emq.core.jobs import (
+    EndpointWait,
+    GroupSnapshot,
+    JobFacts,
+    JobPlace,
+    JobRecord,
+    JobStore,
+    job_place,
+)
 from emq.core.model import Topic
 
 SNAPSHOT_FRESH_MS = 3_000  # an owner's snapshot older than this says nothing any more
@@ -128,31 +144,68 @@ def _waiting(topic: Topic, place: JobPlace, facts: JobFacts, now_ms: int) -> dic
         snap = None
     queue = snap.queues.get(place.priority.value) if snap is not None else None
     offset = facts.offset or "0-0"
+    endpoint = _endpoint_wait(facts, snap)
     out: dict[str, Any]
     if queue is not None and _le(offset, queue.fetched):
         head = queue.buffer_head
-        if head is not None and Offset.parse(offset) >= Offset.parse(head):
+        in_buffer = head is not None and Offset.parse(offset) >= Offset.parse(head)
+        if in_buffer or (endpoint is not None and _parked(endpoint[1], place, offset)):
             out = {"state": "buffered", "worker": snap.worker if snap else None}
         else:
             out = {"state": "in_flight", "worker": snap.worker if snap else None, "reason": None}
             return out
     else:
-        group_qps = topic.qps / topic.groups
         out = {
             "state": "queued",
             "position": facts.ahead,
             "position_exact": facts.ahead_exact,
-            "eta_s": round(facts.ahead / group_qps, 1) if group_qps > 0 else None,
+            "eta_s": _eta_s(topic, facts.ahead, endpoint[1] if endpoint else None, now_ms),
         }
-    out["reason"] = _why(topic, place, snap, now_ms)
+    out["reason"] = _why(topic, place, snap, now_ms, endpoint)
     return out
 
 
+def _endpoint_wait(facts: JobFacts, snap: GroupSnapshot | None) -> tuple[str, EndpointWait] | None:
+    """The job's endpoint, if its owner's snapshot says it is not open."""
+    if snap is None or not snap.endpoints or facts.url is None:
+        return None
+    name = endpoint_of(facts.url)
+    wait = snap.endpoints.get(name)
+    return (name, wait) if wait is not None else None
+
+
+def _parked(wait: EndpointWait, place: JobPlace, offset: str) -> bool:
+    """Fetched, not in the buffer, and at or after the oldest job parked on its endpoint."""
+    oldest = wait.parked.get(place.priority.value)
+    return oldest is not None and Offset.parse(offset) >= Offset.parse(oldest)
+
+
+def _eta_s(topic: Topic, ahead: int, wait: EndpointWait | None, now_ms: int) -> float | None:
+    """The position at the group's share of the quota, or at the endpoint's pace when slower
+    (after its hold); None while the endpoint is disabled (no one can say until when)."""
+    rate = topic.qps / topic.groups
+    start_s = 0.0
+    if wait is not None:
+        if wait.state == "disabled":
+            return None
+        if wait.state == "held" and wait.until_ms is not None:
+            start_s = max(0.0, (wait.until_ms - now_ms) / 1000)
+        if wait.rate_qps > 0:
+            rate = min(rate, wait.rate_qps)
+    return round(start_s + ahead / rate, 1) if rate > 0 else None
+
+
 def _why(
-    topic: Topic, place: JobPlace, snap: GroupSnapshot | None, now_ms: int
+    topic: Topic,
+    place: JobPlace,
+    snap: GroupSnapshot | None,
+    now_ms: int,
+    endpoint: tuple[str, EndpointWait] | None = None,
 ) -> dict[str, Any] | None:
     if topic.paused:
         return _reason("paused", f"topic {topic.ref.topic} is paused")
+    if endpoint is not None and endpoint[1].state != "open":
+        return _endpoint_reason(*endpoint)
     if snap is None:
         if now_ms - place.enqueued_ms > NO_OWNER_AFTER_MS:
             return _reason("no_owner", "no worker reports owning this job's group")
@@ -167,6 +220,17 @@ def _why(
             f"the endpoint has {topic.endpoint_concurrency} requests in flight (its limit)",
         )
     return _reason("worker_backlog", f"worker {snap.worker} has not reached it yet")
+
+
+def _endpoint_reason(name: str, wait: EndpointWait) -> dict[str, Any]:
+    if wait.state == "disabled":
+        detail = f"endpoint {name} is disabled until an operator re-enables it"
+        return _reason("endpoint_disabled", detail)
+    if wait.state == "held":
+        detail = f"endpoint {name} asked to wait (Retry-After)"
+        return _reason("endpoint_held", detail, wait.until_ms)
+    detail = f"endpoint {name} is paced at {wait.rate_qps:g}/s (it answered 429/503 or slowly)"
+    return _reason("endpoint_limited", detail)
 
 
 def _next_grant_ms(free_ms: int, group_qps: float, now_ms: int) -> int:

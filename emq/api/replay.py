@@ -45,7 +45,13 @@ class ReplayView(TypedDict):
     mode: Annotated[str, Field(description="all, ids or window")]
     since: float | None
     until: float | None
-    rate: Annotated[float, Field(description="letters put back per second")]
+    rate: Annotated[
+        float,
+        Field(
+            description="letters moved back into the topic's queues per second (delivered "
+            "with its live jobs within its quota: under a live backlog, more slowly)"
+        ),
+    ]
     total: Annotated[int, Field(description="letters selected when the replay was created")]
     replayed: Annotated[int, Field(description="letters back in their queues")]
     skipped: Annotated[int, Field(description="selected letters not put back (unreadable, or "

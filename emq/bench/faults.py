@@ -13,7 +13,10 @@ promise checker (:mod:`emq.bench.promises`) and says which targets were met:
 * ``sigstop`` — ``SIGSTOP`` a worker past its session, then ``SIGCONT``: duplicates, lost;
 * ``hanging`` — hanging and slow endpoints beside healthy topics: healthy delivered / quota;
 * ``poison`` — undeliverable jobs stored straight into the queues: workers alive, poison jobs
-  in the DLQ, healthy jobs delivered.
+  in the DLQ, healthy jobs delivered;
+* ``zk_quorum`` — 2 of a 3-node ZooKeeper ensemble down, then back: time to the API's first
+  accepted admin write and the workers' latest apply of a change after recovery
+  (:mod:`emq.bench.faults_zk`).
 
 Every trial is a coroutine ``trial(rig, **params)`` returning ``{"figures", "targets", "pass"}``;
 :func:`run` runs the chosen ones with their defaults (each about 1-2 minutes) and the tests run
@@ -408,6 +411,21 @@ async def poison(
 
 # --------------------------------------------------------------------------- the suite
 
+
+def _zk_quorum(rig: Rig, **params: Any) -> Awaitable[dict[str, Any]]:
+    from emq.bench import faults_zk  # (it builds on this module's helpers)
+
+    return faults_zk.zk_quorum(rig, **params)
+
+
+def _rig_class(trial: str) -> type[Rig]:
+    if trial == "zk_quorum":  # a 3-node ensemble in place of the single ZooKeeper
+        from emq.bench.faults_zk import EnsembleRig
+
+        return EnsembleRig
+    return Rig
+
+
 TRIALS: dict[str, Trial] = {
     "worker_kill": worker_kill,
     "redis_restart": redis_restart,
@@ -415,6 +433,7 @@ TRIALS: dict[str, Trial] = {
     "sigstop": sigstop,
     "hanging": hanging,
     "poison": poison,
+    "zk_quorum": _zk_quorum,
 }
 
 
@@ -422,7 +441,7 @@ async def run_trial(name: str, session_s: float = 4.0, **params: Any) -> dict[st
     """One trial on a fresh rig; its result with the trial's name, parameters and duration."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"emq-fault-{name}-") as tmp:
-        async with Rig.running(Path(tmp), session_s) as rig:
+        async with _rig_class(name).running(Path(tmp), session_s) as rig:
             try:
                 result = await TRIALS[name](rig, **params)
             except Exception as e:  # one broken trial must not hide the others' figures
@@ -479,6 +498,7 @@ def run_cli(
             "zk_outage": {"outage_s": duration_s},
             "hanging": {"duration_s": duration_s},
             "redis_restart": {"load_s": duration_s},
+            "zk_quorum": {"outage_s": duration_s},
         }
     return run(names, say, **overrides)
 

@@ -197,7 +197,7 @@ def add_commands(sub: Subparsers) -> None:
         "--trials",
         default="",
         help="faults: comma-separated trials (worker_kill,redis_restart,zk_outage,sigstop,"
-        "hanging,poison; default all)",
+        "hanging,poison,zk_quorum; default all)",
     )
     bench.add_argument(
         "--competitor",

@@ -89,8 +89,8 @@ def add_commands(sub: Subparsers) -> None:
         help="deliver dead letters again",
         description="Put dead letters back on their topic (these --id ones, or up "
         "to --limit of them); they are delivered at the topic's quota. With --rate, --paced, "
-        "--since or --until: a paced replay in its own lane, so live jobs keep the rest of "
-        "the quota (see 'emq dlq replays' and 'emq dlq cancel').",
+        "--since or --until: a paced replay, moving letters back at that rate, so live jobs "
+        "keep the rest of the quota (see 'emq dlq replays' and 'emq dlq cancel').",
     )
     tenant_and_topic(replay)
     replay.add_argument("--id", action="append", metavar="ID", help="a dead letter (repeatable)")

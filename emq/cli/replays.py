@@ -1,8 +1,11 @@
 """``emq dlq replay --rate``, ``emq dlq replays``, ``emq dlq cancel``: paced DLQ replays.
 
-A paced replay (README "Replaying dead letters") puts a topic's dead letters back at its own
-rate, so live jobs keep the rest of the quota; these commands start one, show progress and
-cancel it. Each prints a readable line or table, or the API's JSON with ``--json``.
+A paced replay (README "Replaying dead letters") moves a topic's dead letters back into its
+queues at its rate (letters moved per second): they are then delivered with the live jobs
+within the topic's quota, so a replay never takes more than its rate of the quota, and under a
+live backlog its letters go out more slowly than that (worker.replay); these commands start
+one, show progress and cancel it. Each prints a readable line or table, or the API's JSON
+with ``--json``.
 """
 
 from __future__ import annotations
@@ -58,7 +61,8 @@ def cmd_replay_start(args: argparse.Namespace, settings: Settings) -> int:
         print_json(body)
     else:
         print(
-            f"replay {body['id']} started: {body['total']} dead letters at {body['rate']:g}/s "
+            f"replay {body['id']} started: {body['total']} dead letters moved back at "
+            f"{body['rate']:g}/s "
             f"(emq dlq replays {args.tenant} {args.topic} --id {body['id']})"
         )
     return 0
@@ -106,7 +110,8 @@ def add_replay_flags(replay: argparse.ArgumentParser) -> None:
         "--rate",
         type=float,
         metavar="R",
-        help="paced: put back R letters per second, in the topic's own replay lane",
+        help="paced: move R letters per second back into the topic's queues (they are "
+        "delivered with its live jobs within its quota: at most R/s, less under a live backlog)",
     )
     replay.add_argument(
         "--paced",

@@ -182,6 +182,28 @@ class QueueSnapshot:
 
 
 @dataclass(frozen=True, slots=True)
+class EndpointWait:
+    """An endpoint of the group's topic that is not open, as the owner saw it: ``limited``
+    (paced at ``rate_qps``), ``held`` (a ``Retry-After`` until ``until_ms``) or ``disabled``
+    (until an operator re-enables it). ``parked``: by priority name, the oldest offset of the
+    group's jobs waiting for it in the owner's memory (each later one of that endpoint and
+    priority, fetched and not in the buffer, waits there too: an endpoint's jobs queue in order)."""
+
+    state: str
+    rate_qps: float
+    until_ms: int | None = None
+    parked: dict[str, str] = field(default_factory=dict)
+
+    def to_list(self) -> list[Any]:
+        return [self.state, self.rate_qps, self.until_ms, self.parked]
+
+    @classmethod
+    def from_list(cls, v: Sequence[Any]) -> EndpointWait:
+        state, rate, until, parked = v
+        return cls(str(state), float(rate), None if until is None else int(until), dict(parked))
+
+
+@dataclass(frozen=True, slots=True)
 class GroupSnapshot:
     """What the owner of a group said about it at ``at_ms``."""
 
@@ -190,27 +212,33 @@ class GroupSnapshot:
     quota_until_ms: int | None  # the group's budget is spent until then (None: it has budget)
     endpoint_full: bool  # the topic's endpoint has all its concurrency in flight
     queues: dict[str, QueueSnapshot] = field(default_factory=dict)  # by priority name
+    endpoints: dict[str, EndpointWait] = field(default_factory=dict)  # the ones not open
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out = {
             "w": self.worker,
             "at": self.at_ms,
             "qu": self.quota_until_ms,
             "ef": self.endpoint_full,
             "q": {p: [s.committed, s.fetched, s.buffer_head] for p, s in self.queues.items()},
         }
+        if self.endpoints:
+            out["ep"] = {name: wait.to_list() for name, wait in self.endpoints.items()}
+        return out
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> GroupSnapshot:
         queues = {p: QueueSnapshot(c, f, h) for p, (c, f, h) in d.get("q", {}).items()}
-        return cls(str(d["w"]), int(d["at"]), d.get("qu"), bool(d.get("ef")), queues)
+        waits = {name: EndpointWait.from_list(v) for name, v in d.get("ep", {}).items()}
+        return cls(str(d["w"]), int(d["at"]), d.get("qu"), bool(d.get("ef")), queues, waits)
 
 
 @dataclass(frozen=True, slots=True)
 class JobFacts:
     """Everything the store knows of one job, read in one round trip (see :class:`JobStore`).
 
-    ``offset`` is where the job sits in its queue (None: not found there); ``ahead`` the jobs
+    ``offset`` is where the job sits in its queue (None: not found there), ``url`` what its
+    entry there says it is sent to; ``ahead`` the jobs
     before it in its group that are not finished (an estimate past ``ahead_exact``), ``due_ms``
     its due time if it waits in the delayed set; ``committed`` the queue's checkpoint.
     """
@@ -222,6 +250,7 @@ class JobFacts:
     ahead_exact: bool = True
     due_ms: int | None = None
     snapshot: GroupSnapshot | None = None
+    url: str | None = None  # the job's URL, when its entry was found in its queue
 
 
 class JobStore(abc.ABC):

@@ -30,8 +30,8 @@ Paths:
   ``webhook-id``, then ``200`` (an endpoint shedding load).
 * ``/limit/<n>/<topic>``: ``200`` while fewer than ``n`` requests to ``<topic>`` were answered
   ``200`` in the last second (a sliding window), else ``429`` without ``Retry-After`` (an endpoint
-  with a rate limit); the ``200`` s are counted per topic per wall-clock second like ``/t/``, the
-  ``429`` s in ``throttled``.
+  with a rate limit; with the query ``ra=1``, with ``Retry-After: 1``); the ``200`` s are counted
+  per topic per wall-clock second like ``/t/``, the ``429`` s in ``throttled``.
 * ``GET /_stats``: the counts as JSON; ``GET /_reset``: clears them.
 
 With ``record`` the sink also keeps a delivery log for the promise checker
@@ -83,6 +83,7 @@ _OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
 _BAD = b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n"
 requests_log = logging.getLogger("emq.rigs.sink.requests")
 _TOO_MANY = b"HTTP/1.1 429 Too Many Requests\r\nContent-Length: 0\r\n\r\n"
+_TOO_MANY_RA = b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 1\r\nContent-Length: 0\r\n\r\n"
 _FAILED = {
     b"fail": (500, b"HTTP/1.1 500 Internal Server Error\r\nContent-Length: 0\r\n\r\n"),
     b"busy": (
@@ -252,7 +253,7 @@ class SinkProtocol(asyncio.Protocol):
             status, answer = 200, _OK
         else:
             stats.throttled[topic] += 1
-            status, answer = 429, _TOO_MANY
+            status, answer = 429, _TOO_MANY_RA if b"ra=1" in rest else _TOO_MANY
         stats.note(head, now, rest, status)
         assert self._transport is not None
         self._transport.write(answer)

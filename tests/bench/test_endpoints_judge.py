@@ -25,7 +25,14 @@ def test_a_burst_429s_a_dead_letter_or_a_starved_second_endpoint_fail() -> None:
     doc = judge(first + throttled, _evenly("b", 10, 20), dead=1)
     assert doc["met"] == {
         "first_at_most_66_per_s": False,
+        "first_at_least_85_percent_of_its_limit": True,
         "429_under_5_percent": False,
         "no_dlq": False,
         "second_keeps_its_share": False,
     }
+
+
+def test_an_endpoint_held_below_its_limit_fails() -> None:
+    doc = judge(_evenly("a", 24, 20), _evenly("b", 40, 20), dead=0)  # 24/s of a 60/s limit
+    assert doc["first_delivered_share_of_limit"] < 0.85
+    assert doc["met"]["first_at_least_85_percent_of_its_limit"] is False and not doc["pass"]

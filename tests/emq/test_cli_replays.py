@@ -25,7 +25,7 @@ async def test_paced_replay_commands(emq_api: EmqApi, settings: Settings) -> Non
     finally:
         await queues.aclose()
     started = await emq_api.run("dlq", "replay", "acme", "orders", "--paced", **as_acme)
-    assert started.code == 0 and "6 dead letters at 15/s" in started.out, started
+    assert started.code == 0 and "6 dead letters moved back at 15/s" in started.out, started
     replay_id = started.out.split()[1]
     one = await emq_api.run("dlq", "replays", "acme", "orders", "--id", replay_id, "--json",
                             **as_acme)  # fmt: skip

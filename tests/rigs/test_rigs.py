@@ -162,3 +162,7 @@ async def test_the_limit_path_answers_429_above_n_in_a_sliding_second() -> None:
         assert statuses == [200, 200, 200, 429, 429]
         assert sink.stats.throttled["a"] == 2 and sum(sink.stats.per_second["a"].values()) == 3
         assert [row[3] for row in sink.stats.log] == statuses  # logged with what it answered
+        assert (await _post(session, url, "j5"))[1] is None  # no Retry-After unless asked
+        assert await _post(session, f"{sink.base}/limit/3/b?ra=1", "j6") == (200, None)
+        held = [await _post(session, f"{sink.base}/limit/0/c?ra=1", "j7")]
+        assert held == [(429, "1")]

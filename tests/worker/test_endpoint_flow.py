@@ -14,7 +14,8 @@ from typing import Any
 
 import pytest
 
-from emq.compose import open_endpoint_board
+from emq.api.jobs import job_status
+from emq.compose import open_endpoint_board, open_jobs
 from emq.core.endpoints import EndpointBoard, EndpointPolicy, endpoint_of
 from emq.core.model import GroupRef, TopicRef
 from emq.core.settings import Settings
@@ -134,6 +135,17 @@ async def test_an_endpoint_that_keeps_failing_is_disabled_and_its_jobs_held_unti
     await asyncio.sleep(1.5)
     assert sum(sink.attempts[i] for i in ids) == tried  # held: nothing more is sent
     assert await stack.queues.list_dead(GroupRef(ref, 0), None, 10) == []
+    # Job status tells why: held by a disabled endpoint (never no_owner), with no promise of when
+    jobs = open_jobs(stack.settings)
+    try:
+        shown_jobs = [await job_status(jobs, stack.topics["down"], i) for i in ids]
+    finally:
+        await jobs.aclose()
+    waiting = [j for j in shown_jobs if j["state"] in ("buffered", "queued")]
+    assert waiting, shown_jobs
+    for j in waiting:
+        assert j["reason"]["code"] == "endpoint_disabled", j
+        assert endpoint in j["reason"]["detail"] and j.get("eta_s") is None
     sink.behaviour["down"].status = 200
     topic = stack.topics["down"]
     marked = topic.endpoints.enabled(endpoint, int(time.time() * 1000))

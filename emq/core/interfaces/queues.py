@@ -324,6 +324,17 @@ class GroupOwner(QueueProbe, Protocol):
         Atomic per job: a job is either still delayed or appended once, never both.
         """
 
+    async def release_deferred(
+        self, group: GroupRef, endpoint: str, until_ms: int, now_ms: int
+    ) -> int:
+        """Make the jobs of ``group``'s delayed set that go to ``endpoint`` (``host:port``, as
+        :func:`emq.core.endpoints.endpoint_of` names it; ``*``: any) and are due by
+        ``until_ms`` due at ``now_ms``, and announce them; returns how many. Jobs put with a
+        due time of their own (``delay_s``) keep it. For a re-enabled endpoint: the jobs it
+        deferred while disabled are released at once, not when their deferral ends. A backend
+        without it releases none (they come back when due)."""
+        return 0
+
     @abc.abstractmethod
     async def schedule(self, group: GroupRef, epoch: int, items: Sequence[Scheduled]) -> None:
         """Park jobs in the group's delayed set until due (retries); guarded by ``epoch``."""

@@ -22,7 +22,9 @@ Epoch = Annotated[float, Field(ge=0, le=4_102_444_800, description="epoch second
 class ReplayCreateIn(Body):
     """A paced replay: ``ids`` (as the DLQ lists them), or the letters dead-lettered between
     ``since`` and ``until`` (either open), or, with neither, every letter there now. ``rate``:
-    letters put back per second for the whole topic (default: 5% of its quota)."""
+    letters moved back into the topic's queues per second (default: 5% of its quota); they
+    are delivered with its live jobs within its quota, so under a live backlog of L jobs/s a
+    replay at R/s delivers about quota x R / (L + R) of them per second, never more than R."""
 
     ids: Annotated[list[DeadLetterId], Field(min_length=1, max_length=MAX_REPLAY)] | None = None
     since: Epoch | None = None

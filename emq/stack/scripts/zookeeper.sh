@@ -1,7 +1,11 @@
 #!/usr/bin/env bash
 # Start, stop or query one standalone ZooKeeper on 127.0.0.1, its data and log under DIR.
 #
-#   zookeeper.sh start  DIR PORT [TICK_MS]   (TICK_MS default 2000; sessions may last 2-20 ticks)
+#   zookeeper.sh start  DIR PORT [TICK_MS [MYID PEERS]]
+#       TICK_MS default 2000 (sessions may last 2-20 ticks). With MYID and PEERS the server is
+#       node MYID of an ensemble on loopback: PEERS lists every node as ID:QUORUM_PORT:ELECTION_PORT
+#       separated by commas (e.g. 1:2888:3888,2:2889:3889,3:2890:3890); each node gets its own
+#       DIR and client PORT. It answers ``ruok`` before a quorum forms, so start returns at once.
 #   zookeeper.sh stop   DIR PORT
 #   zookeeper.sh status DIR PORT   -> "running PID" (exit 0) or "stopped" (exit 3)
 #
@@ -11,9 +15,10 @@
 # takes port 8080 from the EMQ API.
 set -euo pipefail
 
-usage() { echo "usage: zookeeper.sh start|stop|status DIR PORT [TICK_MS]" >&2; exit 2; }
+usage() { echo "usage: zookeeper.sh start|stop|status DIR PORT [TICK_MS [MYID PEERS]]" >&2; exit 2; }
 [ $# -ge 3 ] || usage
-cmd=$1 dir=$2 port=$3 tick=${4:-2000}
+cmd=$1 dir=$2 port=$3 tick=${4:-2000} myid=${5:-} peers=${6:-}
+{ [ -z "$myid" ] || [ -n "$peers" ]; } || usage
 pidfile="$dir/zookeeper.pid"
 logfile="$dir/zookeeper.log"
 DEBIAN_JAR=/usr/share/java/zookeeper.jar
@@ -74,6 +79,16 @@ admin.enableServer=false
 autopurge.snapRetainCount=3
 autopurge.purgeInterval=1
 EOF
+  if [ -n "$myid" ]; then
+    echo "$myid" >"$dir/data/myid"
+    # Followers get initLimit ticks to join and sync with the leader, syncLimit to stay in step.
+    printf 'initLimit=10\nsyncLimit=5\n' >>"$dir/zoo.cfg"
+    local peer id quorum election
+    for peer in ${peers//,/ }; do
+      IFS=: read -r id quorum election <<<"$peer"
+      echo "server.$id=127.0.0.1:$quorum:$election" >>"$dir/zoo.cfg"
+    done
+  fi
   nohup setsid java -Xmx256m -XX:+UseSerialGC -Dorg.slf4j.simpleLogger.showDateTime=true \
     -cp "$cp" org.apache.zookeeper.server.quorum.QuorumPeerMain "$dir/zoo.cfg" \
     >>"$logfile" 2>&1 </dev/null &
