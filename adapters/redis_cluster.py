@@ -1,18 +1,30 @@
 """The Redis Cluster client EMQ uses: one shard's failover touches only that shard's commands.
 
-redis-py's asyncio ``RedisCluster`` (8.x) answers several errors of one node by calling its own
-``aclose()``: a pipeline retried after a ConnectionError, a CLUSTERDOWN or an uncovered slot,
-every few MOVED replies. That disconnects every connection of every node, including the ones
-other tasks are using at that moment on healthy shards: their commands then fail with asyncio's
-torn-down transport (``RuntimeError: unable to perform operation on <TCPTransport
-closed=True>``, ``'NoneType' object has no attribute 'writelines'``), and a pipeline whose nodes
-were half done is sent again (commands whose reply was falsy are re-sent too). In a failover
-that made every shard pause and sent writes twice.
+redis-py's asyncio ``RedisCluster`` (8.1) gets several things wrong when one master dies, each
+seen in a failover under load (issue 26):
 
-:class:`ShardedCluster` keeps what that ``aclose()`` is for (the next command re-learns the
-slots, ``CLUSTER SLOTS``) and drops the rest: when redis-py calls it on itself, no connection is
-closed. The owner's own ``aclose()`` closes everything, as before. The per-node connection
-pools stay; a node that failed has its idle connections dropped by redis-py itself.
+* It answers some errors of one node by calling its own ``aclose()`` (a pipeline retried after
+  a ConnectionError, a CLUSTERDOWN, an uncovered slot, every few MOVED replies). That
+  disconnects every connection of every node, including those other tasks are using at that
+  moment on healthy shards: their commands fail with asyncio's torn-down transport
+  (``RuntimeError: unable to perform operation on <TCPTransport closed=True>``, ``'NoneType'
+  object has no attribute 'writelines'``), and a pipeline whose nodes were half done is sent
+  again (a command whose reply was falsy, too). Every shard paused; writes went twice.
+* Re-learning the slots runs ``COMMAND`` on the first master; while that one is the dead master
+  (until its replica is promoted) the re-learning fails, and redis-py then closes every
+  connection again. Routing an XREAD asks that same node (``COMMAND GETKEYS``) on every call,
+  so the ready-signal listener failed for good once the node it asked was gone.
+* A pipeline without retries never re-learns the slots after a node failed under it: every
+  later command to a failed master's slots went to the dead node although its replica had
+  taken over.
+* A client first used after the node named by its URL died cannot find the cluster.
+
+:class:`ShardedCluster` fixes these through redis-py's public methods: when redis-py calls
+``aclose()`` on itself, it re-reads the slots (``nodes_manager.initialize``) instead of closing
+anything; the command table is read once per client, and XREAD's keys are found without asking
+a server (:class:`_KeptCommands`); its pipelines re-read the slots when a node failed under
+them (:class:`_Pipeline`); every client of the process starts from every node any of them has
+seen (:data:`_SEEN`). The owner's own ``aclose()`` closes everything, as before.
 
 The options (:func:`cluster_options`) complete it:
 
@@ -21,35 +33,93 @@ The options (:func:`cluster_options`) complete it:
   held every caller of a pipeline that touched the dead shard, and re-sent commands that had
   run. Each caller retries with backoff (worker loops through :mod:`worker.outage`, the API's
   client after a 503), and says which of its calls may be repeated (:mod:`adapters.redis_conn`).
-* its pipelines (:class:`_Pipeline`) mark the slots for re-reading when a node failed under
-  them, as redis-py's single commands do; without retries its own pipelines never would.
 * ``require_full_coverage=False``: a topology with a slot not served for the moment (a master
-  failed, its replica not yet promoted) is taken as it is; the other slots keep working. (With
-  it on, re-learning the slots failed, and redis-py then closed every node's connections.)
+  failed, its replica not yet promoted) is taken as it is; the other slots keep working.
 """
 
 from __future__ import annotations
 
+import logging
 import sys
 from typing import Any
 
-from redis.asyncio.cluster import ClusterPipeline, RedisCluster
+from redis import exceptions as rex
+from redis._parsers import AsyncCommandsParser  # (redis-py names it there; its cluster imports it)
+from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
 
+log = logging.getLogger(__name__)
+
 _REDIS_PY = "redis.asyncio.cluster"
+# Errors meaning a node failed under a command: the slots may have moved (a failover).
+NODE_FAILED = (rex.ConnectionError, rex.TimeoutError, rex.ClusterDownError, rex.SlotNotCoveredError)
+# Every node any client of this process has seen, by the URL it was made for (see the module).
+_SEEN: dict[str, dict[tuple[str, int], None]] = {}
+
+
+class _KeptCommands(AsyncCommandsParser):
+    """redis-py's command table, read once (it does not change while a client lives), and
+    XREAD's keys read from the command itself: neither asks a node that may be dead."""
+
+    async def initialize(self, node: ClusterNode | None = None) -> None:
+        if node is not None:
+            self.node = node
+        if not self.commands:
+            await super().initialize()
+
+    async def get_keys(self, *args: Any) -> tuple[Any, ...] | None:
+        if args and str(args[0]).upper() == "XREAD":
+            return _stream_keys(args)
+        return await super().get_keys(*args)
+
+
+def _stream_keys(args: tuple[Any, ...]) -> tuple[Any, ...]:
+    """The keys of ``XREAD [COUNT n] [BLOCK ms] STREAMS key ... id ...``."""
+    words = [a.decode() if isinstance(a, bytes) else str(a) for a in args]
+    start = next(i for i, w in enumerate(words) if w.upper() == "STREAMS") + 1
+    rest = args[start:]
+    return tuple(rest[: len(rest) // 2])
 
 
 class ShardedCluster(RedisCluster):
-    """``RedisCluster`` whose error handling re-learns the slots without closing healthy nodes'
+    """``RedisCluster`` whose error handling re-reads the slots without closing healthy nodes'
     connections (see the module docstring)."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.commands_parser = _KeptCommands()
+        first = self.nodes_manager.startup_nodes.values()
+        self.seed = ",".join(sorted(node.name for node in first))
+        _SEEN.setdefault(self.seed, {})
+
+    async def initialize(
+        self,
+        additional_startup_nodes_info: list[tuple[str, int]] | None = None,
+        last_failed_node_name: str | None = None,
+    ) -> ShardedCluster:
+        known = list(_SEEN[self.seed])
+        await super().initialize(
+            additional_startup_nodes_info=[*(additional_startup_nodes_info or []), *known],
+            last_failed_node_name=last_failed_node_name,
+        )
+        _SEEN[self.seed].update(dict.fromkeys((n.host, int(n.port)) for n in self.get_nodes()))
+        return self
 
     async def aclose(self) -> None:
         if sys._getframe(1).f_globals.get("__name__") == _REDIS_PY:
-            # redis-py's own "reinitialize after an error": the next command re-reads the slots.
-            self._initialize = True
+            await self.relearn_slots()  # redis-py's own "reinitialize after an error"
             return
         await super().aclose()
+
+    async def relearn_slots(self) -> None:
+        """Read the slots again (a failover moved some); a failure waits for the next error."""
+        try:
+            await self.nodes_manager.initialize(
+                additional_startup_nodes_info=list(_SEEN[self.seed])
+            )
+        except (rex.RedisError, OSError) as e:
+            log.debug("redis cluster slots not re-read: %s", e)
 
     def pipeline(
         self, transaction: Any | None = None, shard_hint: Any | None = None
@@ -60,23 +130,21 @@ class ShardedCluster(RedisCluster):
 
 
 class _Pipeline(ClusterPipeline):
-    """A pipeline that has its client re-learn the slots when a node failed under it.
-
-    Without retries redis-py's pipeline neither re-reads the slots after a node's
-    ConnectionError nor after a reply that is one (a single command does): its slots would
-    name a dead master for good, and every later command to its slots fail although a replica
-    took over."""
+    """A pipeline that has its client re-read the slots when a node failed under it (raised,
+    or as a reply), as redis-py's single commands do; without retries its own never would."""
 
     async def execute(
         self, raise_on_error: bool = True, allow_redirections: bool = True
     ) -> list[Any]:
+        client = self.cluster_client
+        assert isinstance(client, ShardedCluster)
         try:
             replies: list[Any] = await super().execute(raise_on_error, allow_redirections)
-        except RedisCluster.ERRORS_ALLOW_RETRY:
-            self.cluster_client._initialize = True
+        except NODE_FAILED:
+            await client.relearn_slots()
             raise
-        if any(isinstance(r, RedisCluster.ERRORS_ALLOW_RETRY) for r in replies):
-            self.cluster_client._initialize = True
+        if any(isinstance(r, NODE_FAILED) for r in replies):
+            await client.relearn_slots()
         return replies
 
 

@@ -50,21 +50,32 @@ class _Nodes:
         self.closed.append(attr)
 
 
+def _client() -> tuple[ShardedCluster, list[str]]:
+    """A client that never connects: its slot re-reads are counted instead."""
+    client = cluster_from_url("redis://127.0.0.1:7000/0", **cluster_options())
+    relearned: list[str] = []
+
+    async def relearn() -> None:
+        relearned.append("slots")
+
+    client.relearn_slots = relearn  # type: ignore[method-assign]
+    return client, relearned
+
+
 async def test_redis_py_closing_the_client_after_one_node_failed_closes_nothing() -> None:
     """redis-py calls its own aclose() after a ConnectionError in a pipeline, a CLUSTERDOWN or
-    repeated MOVED: on ShardedCluster that only re-learns the slots; the other nodes'
+    repeated MOVED: on ShardedCluster that only re-reads the slots; the other nodes'
     connections, in use by other tasks, stay open. The owner's aclose() still closes all."""
-    client = cluster_from_url("redis://127.0.0.1:7000/0", **cluster_options())
+    client, relearned = _client()
     nodes = _Nodes()
     client.nodes_manager = nodes  # type: ignore[assignment]
     client._initialize = False
     internal: dict[str, object] = {"__name__": "redis.asyncio.cluster"}
     exec("async def after_error(client):\n    await client.aclose()\n", internal)
     await internal["after_error"](client)  # type: ignore[operator]
-    assert client._initialize is True and nodes.closed == []
-    client._initialize = False
+    assert relearned == ["slots"] and nodes.closed == []
     await client.aclose()
-    assert client._initialize is True and nodes.closed == ["nodes_cache", "startup_nodes"]
+    assert nodes.closed == ["nodes_cache", "startup_nodes"]
 
 
 def test_a_cluster_client_leaves_retries_to_its_callers() -> None:
@@ -77,12 +88,25 @@ def test_a_cluster_client_leaves_retries_to_its_callers() -> None:
     assert client.nodes_manager.require_full_coverage is False
 
 
+async def test_an_xread_is_routed_without_asking_a_node() -> None:
+    """redis-py asks a node (COMMAND GETKEYS) where an XREAD goes; the node it asks may be the
+    dead master: ours reads the keys from the command."""
+    client, _ = _client()
+    keys = await client.commands_parser.get_keys(
+        "XREAD", "COUNT", 10, "BLOCK", 1000, "STREAMS", b"p:w:{w1}:ready", "0-0"
+    )
+    assert keys == (b"p:w:{w1}:ready",)
+    assert await client.commands_parser.get_keys("XREAD", "STREAMS", "a", "b", "1-0", "2-0") == (
+        "a",
+        "b",
+    )
+
+
 @pytest.mark.parametrize("fails", ["raised", "replied"])
 async def test_a_pipeline_that_met_a_dead_node_has_the_slots_read_again(fails: str) -> None:
     """Without retries, redis-py's pipeline would keep routing a failed master's slots to it
-    after its replica took over: ours marks the slots for re-reading (the next command)."""
-    client = cluster_from_url("redis://127.0.0.1:7000/0", **cluster_options())
-    client._initialize = False
+    after its replica took over: ours re-reads the slots."""
+    client, relearned = _client()
     pipe = client.pipeline(transaction=False)
     dead = rex.ConnectionError("Error 111 connecting to 127.0.0.1:7001. Connection refused.")
 
@@ -97,4 +121,4 @@ async def test_a_pipeline_that_met_a_dead_node_has_the_slots_read_again(fails: s
             await pipe.execute(raise_on_error=False)
     else:
         assert (await pipe.execute(raise_on_error=False))[1] is dead
-    assert client._initialize is True
+    assert relearned == ["slots"]
