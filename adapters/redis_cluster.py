@@ -48,6 +48,7 @@ from redis._parsers import AsyncCommandsParser  # (redis-py names it there; its 
 from redis.asyncio.cluster import ClusterNode, ClusterPipeline, RedisCluster
 from redis.asyncio.retry import Retry
 from redis.backoff import NoBackoff
+from redis.cluster import get_node_name
 
 log = logging.getLogger(__name__)
 
@@ -98,13 +99,19 @@ class ShardedCluster(RedisCluster):
         additional_startup_nodes_info: list[tuple[str, int]] | None = None,
         last_failed_node_name: str | None = None,
     ) -> ShardedCluster:
-        known = list(_SEEN[self.seed])
-        await super().initialize(
-            additional_startup_nodes_info=[*(additional_startup_nodes_info or []), *known],
-            last_failed_node_name=last_failed_node_name,
-        )
+        self._know_seen_nodes()
+        await super().initialize(additional_startup_nodes_info, last_failed_node_name)
         _SEEN[self.seed].update(dict.fromkeys((n.host, int(n.port)) for n in self.get_nodes()))
         return self
+
+    def _know_seen_nodes(self) -> None:
+        """Start from every node of the process's other clients too (the node named by the URL
+        may be the one that died): they join the startup nodes, which the client manages."""
+        startup = self.nodes_manager.startup_nodes
+        for host, port in _SEEN[self.seed]:
+            if get_node_name(host, port) not in startup:
+                node = ClusterNode(host, port, **self.nodes_manager.connection_kwargs)
+                startup[node.name] = node
 
     async def aclose(self) -> None:
         if sys._getframe(1).f_globals.get("__name__") == _REDIS_PY:
@@ -115,9 +122,7 @@ class ShardedCluster(RedisCluster):
     async def relearn_slots(self) -> None:
         """Read the slots again (a failover moved some); a failure waits for the next error."""
         try:
-            await self.nodes_manager.initialize(
-                additional_startup_nodes_info=list(_SEEN[self.seed])
-            )
+            await self.nodes_manager.initialize()
         except (rex.RedisError, OSError) as e:
             log.debug("redis cluster slots not re-read: %s", e)
 

@@ -62,7 +62,9 @@ from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
+LISTENER = "ready-signal listener"  # (its name in the log: paused, resumed)
 MAX_QUEUES_PER_READ = 512
+FAILED_READ_RETRY_S = 0.25  # a group whose own read failed while others' did not: read again
 MAX_ENTRIES_PER_QUEUE = 1000
 HIGH_FLOOR = 8  # jobs a high queue may read even with the byte budget spent
 RESUME_AT = 0.75  # budget-starved groups are queued again below this share of the budget
@@ -168,12 +170,41 @@ class Fetcher:
                     await self._fetch(batch)
                     self._maybe_resume()  # nothing buffered need be dispatched to resume them
                 except BackendUnavailable as e:
+                    failed = await self._each(batch) if len(batch) > 1 else batch
+                    if len(failed) < len(batch):  # one shard failed: its groups wait, alone
+                        self._later(failed)
+                        continue
                     for g in batch:
                         g.queued_fetch = False
                         self.want(g)
                     await self._outage.pause("fetch", e)
                     continue
                 self._outage.resumed("fetch")
+
+    async def _each(self, batch: list[GroupState]) -> list[GroupState]:
+        """Read ``batch`` one group at a time, at once (a read failed: on a Cluster, a shard
+        without a master fails the read of every group it shares a round trip with); the
+        groups whose read failed."""
+        results = await asyncio.gather(*(self._fetch([g]) for g in batch), return_exceptions=True)
+        failed = []
+        for g, result in zip(batch, results, strict=True):
+            if isinstance(result, BackendUnavailable):
+                failed.append(g)
+            elif isinstance(result, BaseException):
+                raise result
+        return failed
+
+    def _later(self, groups: list[GroupState]) -> None:
+        """Queue ``groups`` for a fetch again after FAILED_READ_RETRY_S (their shard failed,
+        the others' did not: the loop goes on with them)."""
+        log.debug("fetch of %d group(s) failed; trying them again shortly", len(groups))
+
+        def again() -> None:
+            for g in groups:
+                g.queued_fetch = False
+                self.want(g)
+
+        asyncio.get_running_loop().call_later(FAILED_READ_RETRY_S, again)
 
     async def _fetch(self, batch: list[GroupState]) -> None:
         reads = self._within_budget(self._plan(batch))
@@ -272,15 +303,19 @@ class Fetcher:
                 log.warning("due index of %d claimed groups not updated (%s)", len(refs), e)
 
     async def listen(self) -> None:
-        """Mark the groups named by ready signals hot."""
+        """Mark the groups named by ready signals hot. After an outage, one sweep: the signals
+        written meanwhile may be lost (on a Cluster the inbox may sit on the shard that
+        failed, while the groups it names, on healthy shards, got jobs)."""
         cursor: str | None = None
         while True:
             try:
                 cursor, names = await self._queues.wait_ready(cursor, timeout_s=1.0)
             except BackendUnavailable as e:
-                await self._outage.pause("ready-signal listener", e)
+                await self._outage.pause(LISTENER, e)
                 continue
-            self._outage.resumed("ready-signal listener")
+            if LISTENER in self._outage.paused():
+                self._outage.resumed(LISTENER)
+                await self.sweep_once()
             for name in names:
                 group = self._groups.get(name)
                 if group is not None:

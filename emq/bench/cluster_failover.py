@@ -151,6 +151,34 @@ def _duplicates(log: Sequence[promises.Delivery], topics: set[str]) -> int:
     return sum(n - 1 for n in ok.values() if n > 1)
 
 
+def _repeats(log: Sequence[promises.Delivery], kills: Sequence[Kill]) -> dict[str, Any]:
+    """How long after its first 2xx each duplicate came (the cause's fingerprint: a fixed
+    period points at a timer), the duplicates per topic, and when (seconds after the last kill
+    before it, rounded down) their first deliveries were."""
+    first: dict[str, float] = {}
+    gaps: list[float] = []
+    topics = Counter[str]()
+    since = Counter[int]()
+    for d in sorted((d for d in log if d.ok), key=lambda d: d.at):
+        if d.job_id in first:
+            gaps.append(d.at - first[d.job_id])
+            topics[d.topic] += 1
+            before = [k.at for k in kills if k.at <= first[d.job_id]]
+            since[int(first[d.job_id] - before[-1]) if before else -1] += 1
+        else:
+            first[d.job_id] = d.at
+    gaps.sort()
+    pick = (lambda q: round(gaps[min(len(gaps) - 1, int(q * len(gaps)))], 2)) if gaps else None
+    return {
+        "repeat_after_s": None if pick is None else {q: pick(f) for q, f in QUANTILES},
+        "by_topic": dict(sorted(topics.items())),
+        "first_s_after_kill": dict(sorted(since.items())),
+    }
+
+
+QUANTILES = (("min", 0.0), ("p50", 0.5), ("p90", 0.9), ("max", 1.0))
+
+
 def _slowest_healthy(
     calls: Sequence[Call], shard_of: dict[str, int], kills: Sequence[Kill]
 ) -> float:
@@ -240,7 +268,9 @@ async def cluster_failover(
         "api_alive": api_alive,
         "listeners_unresumed": unresumed,
         "accepted": result["accepted"],
+        "duplicate_repeats": _repeats(log, done),
         "topics_per_shard": dict(Counter(shard_of.values())),
+        "shard_of_topic": shard_of,
         "seed": seed,
         "events": {"killed": [{"shard": k.shard, "at": round(k.at, 3)} for k in done]},
     }

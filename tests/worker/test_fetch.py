@@ -211,3 +211,47 @@ async def test_a_sweep_that_cannot_ask_reads_every_group() -> None:
     await put(queues, lost, LOW, 1, 10)
     await f.sweep_once()
     assert idle.hot and lost.hot and idle.queued_fetch and lost.queued_fetch
+
+
+class OneShardDown(GatedQueues):
+    """Reads that touch a queue of a ``down`` topic fail, as a Cluster read that shares a round
+    trip with a shard without a master does."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__()
+        self.down = down
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        if any(q.group.topic.topic == self.down for q in requests):
+            raise BackendUnavailable("redis unavailable during read: Connection refused")
+        return await super().read(requests, count)
+
+
+async def test_a_shard_without_a_master_holds_up_only_its_own_groups() -> None:
+    queues = OneShardDown("dead")
+    f, woken = fetcher(queues)
+    healthy, dead = group("healthy", 20), group("dead", 20)
+    await put(queues, healthy, MEDIUM, 5, 10)
+    await put(queues, dead, MEDIUM, 5, 10)
+    loop = asyncio.create_task(f.run())
+    try:
+        f.signal(healthy)
+        f.signal(dead)
+        for _ in range(100):
+            if woken:
+                break
+            await asyncio.sleep(0.01)
+        assert woken == [healthy] and held(healthy) == [0, 5, 0]
+        assert "fetch" not in f._outage.paused()  # the loop itself never paused
+        assert held(dead) == [0, 0, 0] and dead.hot
+        queues.down = "none"  # its replica took over: read on the next try, by itself
+        for _ in range(200):
+            if dead in woken:
+                break
+            await asyncio.sleep(0.01)
+        assert held(dead) == [0, 5, 0]
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
