@@ -174,8 +174,7 @@ class Fetcher:
                     if len(failed) < len(batch):  # one shard failed: its groups wait, alone
                         self._later(failed)
                         continue
-                    for g in batch:
-                        g.queued_fetch = False
+                    for g in batch:  # (a group a signal queued again meanwhile stays once)
                         self.want(g)
                     await self._outage.pause("fetch", e)
                     continue
@@ -201,7 +200,6 @@ class Fetcher:
 
         def again() -> None:
             for g in groups:
-                g.queued_fetch = False
                 self.want(g)
 
         asyncio.get_running_loop().call_later(FAILED_READ_RETRY_S, again)
@@ -237,9 +235,12 @@ class Fetcher:
             self._on_jobs(g)
 
     def _plan(self, batch: list[GroupState]) -> list[Read]:
-        """Each queue of ``batch`` not exhausted and at most half full, with its room."""
+        """Each queue of ``batch`` not exhausted and at most half full, with its room.
+
+        A group is read once per batch whatever happened: two reads of one queue from the same
+        offset would buffer its entries twice, and deliver them twice."""
         reads: list[Read] = []
-        for g in batch:
+        for g in dict.fromkeys(batch):
             g.queued_fetch = False
             if g.stopped:
                 continue

@@ -255,3 +255,47 @@ async def test_a_shard_without_a_master_holds_up_only_its_own_groups() -> None:
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+class FailsOnce(GatedQueues):
+    """The first read waits on ``gate`` and then fails (the connection broke under it)."""
+
+    failed = False
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        if isinstance(count, int) or self.failed:
+            return await super().read(requests, count)
+        self.failed = True
+        self.reading.set()
+        assert self.gate is not None
+        await self.gate.wait()
+        raise BackendUnavailable("redis unavailable during read: Connection closed by server")
+
+
+async def test_a_read_that_failed_while_a_signal_came_reads_its_jobs_once() -> None:
+    """The failed read's group, queued again by a signal while the read was out, was queued a
+    second time by the retry: one batch read the queue twice from the same offset, and every
+    entry was buffered, and delivered, twice."""
+    queues = FailsOnce()
+    queues.gate = asyncio.Event()
+    f, _ = fetcher(queues)
+    g = group("g", 20)
+    await put(queues, g, MEDIUM, 5, 10)
+    loop = asyncio.create_task(f.run())
+    try:
+        f.signal(g)
+        await queues.reading.wait()
+        f.signal(g)  # a ready signal while the read is out: queued again
+        queues.gate.set()  # the read fails
+        for _ in range(200):
+            if held(g)[1]:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # (any second read would have landed by now)
+        assert held(g) == [0, 5, 0]
+        assert [b.offset for b in g.buffers[1]] == sorted({b.offset for b in g.buffers[1]})
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
