@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
-from emq.core.interfaces import GroupOwner
+from emq.core.interfaces import Entry, GroupOwner, Offset
 from emq.core.model import QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
@@ -221,6 +221,8 @@ class Fetcher:
             if g.stopped or not entries:
                 continue
             progress, buffer = g.progress[q], g.filling()[i]
+            if entries[0].offset <= progress.last_fetched:
+                entries = self._unseen(q, entries, progress.last_fetched)
             for e in entries:
                 progress.fetched(e.offset)
                 buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
@@ -233,6 +235,19 @@ class Fetcher:
                 g.hot = False
         for g in touched:
             self._on_jobs(g)
+
+    @staticmethod
+    def _unseen(queue: QueueRef, entries: list[Entry], last: Offset) -> list[Entry]:
+        """Entries of a reply that were fetched already (at or before ``last``, the queue's
+        last fetched offset) are never buffered again: they would be delivered twice. A read
+        is planned from the last fetched offset, so such a reply is an older read's (seen in a
+        Cluster failover, under the Redis client): logged, as a fault to find."""
+        fresh = [e for e in entries if e.offset > last]
+        log.warning(
+            "fetch of %s returned %d entries read before (up to %s); not buffered again",
+            queue, len(entries) - len(fresh), last,
+        )  # fmt: skip
+        return fresh
 
     def _plan(self, batch: list[GroupState]) -> list[Read]:
         """Each queue of ``batch`` not exhausted and at most half full, with its room.

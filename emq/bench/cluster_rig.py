@@ -101,11 +101,19 @@ class ClusterNodes:
         argv = ["bash", str(SCRIPT), *args]
         return subprocess.run(argv, capture_output=True, text=True, timeout=180, check=False)
 
-    def start(self) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        done = self._script("start", str(self.data_dir), str(self.base), "1")
-        if done.returncode != 0:
-            raise BackendUnavailable(f"redis cluster: {done.stderr.strip() or done.stdout}")
+    def start(self, attempts: int = 3) -> None:
+        """Start the six nodes; a port taken meanwhile by someone else (the free range was
+        picked a moment earlier) means another range, up to ``attempts`` times."""
+        for attempt in range(attempts):
+            self.data_dir.mkdir(parents=True, exist_ok=True)
+            done = self._script("start", str(self.data_dir), str(self.base), "1")
+            if done.returncode == 0:
+                return
+            reason = done.stderr.strip() or done.stdout
+            self.stop()
+            if "Address already in use" not in reason or attempt == attempts - 1:
+                raise BackendUnavailable(f"redis cluster: {reason}")
+            self.base = free_base()
 
     def stop(self) -> None:
         self._script("stop", str(self.data_dir), str(self.base))

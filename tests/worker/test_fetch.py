@@ -299,3 +299,31 @@ async def test_a_read_that_failed_while_a_signal_came_reads_its_jobs_once() -> N
     finally:
         loop.cancel()
         await asyncio.gather(loop, return_exceptions=True)
+
+
+class Replays(GatedQueues):
+    """Answers the next read with what the first read of it returned (an older read's reply)."""
+
+    first: dict[QueueRef, list[Entry]] | None = None
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        found = await super().read(requests, count)
+        if self.first is None:
+            self.first = found
+            return found
+        return {q: self.first.get(q, []) + found.get(q, []) for q in set(self.first) | set(found)}
+
+
+async def test_entries_a_reply_repeats_are_never_buffered_twice() -> None:
+    queues = Replays()
+    f, _ = fetcher(queues)
+    g = group("g", 20)
+    await put(queues, g, MEDIUM, 3, 10)
+    await f._fetch([g])
+    await put(queues, g, MEDIUM, 2, 10)
+    g.exhausted[1] = False
+    await f._fetch([g])
+    offsets = [b.offset for b in g.buffers[1]]
+    assert len(offsets) == 5 and offsets == sorted(set(offsets))
