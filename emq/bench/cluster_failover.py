@@ -201,14 +201,17 @@ def _unresumed(procs: Sequence[Proc]) -> int:
 async def cluster_failover(
     rig: Rig, workers: int = 3, topics: int = 10, qps: int = 80, kills: int = 2,
     between_s: float = 30.0, tail_s: float = 15.0, api_per_s: float = 20.0, seed: int = 1,
+    backlog_s: float | None = None,
 ) -> dict[str, Any]:  # fmt: skip
+    """``backlog_s``: seconds of each topic's quota enqueued before the start (by default it
+    outlasts the kills and the tail)."""
     if not isinstance(rig, ClusterRig):
         raise EmqError("cluster_failover runs on a ClusterRig")
     masters = rig.cluster.masters()
     if not 1 <= kills < len(masters) + 1:
         raise EmqError(f"kills must be 1-{len(masters)}")
     shard_of = spread(rig, masters, topics)
-    load_s = kills * between_s + tail_s + 15
+    load_s = backlog_s if backlog_s is not None else kills * between_s + tail_s + 15
     for name in shard_of:
         await rig.topic(name, qps)
         await rig.enqueue(name, int(qps * load_s))

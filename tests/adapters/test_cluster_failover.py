@@ -17,8 +17,8 @@ from emq.bench import faults
 
 def test_a_master_killed_under_load_stops_only_its_shard_and_no_process() -> None:
     params = {
-        "workers": 2, "topics": 6, "qps": 20, "kills": 1, "between_s": 0.0, "tail_s": 4.0,
-        "api_per_s": 6.0, "seed": 1,
+        "workers": 2, "topics": 6, "qps": 20, "kills": 1, "between_s": 0.0, "tail_s": 1.0,
+        "api_per_s": 6.0, "seed": 1, "backlog_s": 14.0,
     }  # fmt: skip
     doc = faults.run(["cluster_failover"], cluster_failover=params)
     (result,) = doc["results"]
