@@ -9,8 +9,8 @@ lending it, so one the server closed (restart, failover) is replaced instead of 
 next command; TCP keepalive finds the ones that died silently. A call that still meets a broken
 connection is sent once more when repeating it cannot apply anything twice (every call but a
 put of jobs without idempotency keys, a dead letter and a DLQ replay: their outcome is unknown,
-and the caller decides). A Cluster client also retries on its own while it re-learns the slots
-(failover).
+and the caller decides). A Cluster client re-learns the slots after an error and leaves the
+retry to its callers too (failover: :mod:`adapters.redis_cluster`).
 """
 
 from __future__ import annotations
@@ -25,10 +25,11 @@ import redis.asyncio as aioredis
 from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
 from redis.asyncio.retry import Retry
-from redis.backoff import ExponentialWithJitterBackoff, NoBackoff
+from redis.backoff import NoBackoff
 from redis.commands.core import AsyncScript
 from redis.maint_notifications import MaintNotificationsConfig
 
+from adapters.redis_cluster import cluster_options
 from adapters.redis_replies import Command, text
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import BackendHealth
@@ -70,18 +71,27 @@ def translated(what: str) -> Iterator[None]:
         if is_unreachable_cluster(e):
             raise BackendUnavailable(f"redis cluster unreachable during {what}: {e}") from e
         raise
-    except (AttributeError, TypeError) as e:
+    except (AttributeError, TypeError, RuntimeError) as e:
         if not is_closed_transport(e):
             raise
         raise BackendUnavailable(f"redis connection closed during {what}: {e}") from e
 
 
+# What asyncio says of a write on a transport closed under it (RuntimeError), and what a write
+# on a connection whose transport is gone says (AttributeError/TypeError about None).
+_CLOSED = ("NoneType", "handler is closed", "unable to perform operation on")
+
+
 def is_closed_transport(error: Exception) -> bool:
-    """redis-py (8.1 and master) lets a write on a connection the peer has closed leak asyncio's
-    torn-down transport as ``AttributeError``/``TypeError`` about ``None`` instead of a
-    ConnectionError (redis/redis-py#4287; seen here in a Cluster failover). Only errors raised
-    inside redis-py or asyncio count: the same error from our own code stays a bug."""
-    if "NoneType" not in str(error):
+    """redis-py (8.1 and master) lets a command on a connection closed under it (the peer
+    closed it, or the client disconnected it meanwhile: a Cluster client re-learning its slots)
+    leak asyncio's torn-down transport as ``AttributeError``/``TypeError`` about ``None`` or
+    ``RuntimeError: unable to perform operation on <TCPTransport closed=True>; the handler is
+    closed`` instead of a ConnectionError (redis/redis-py#4287; seen here in a Cluster
+    failover). Only errors raised inside redis-py or asyncio count: the same error from our own
+    code stays a bug."""
+    message = str(error)
+    if not any(sign in message for sign in _CLOSED):
         return False
     tb = error.__traceback__
     while tb is not None and tb.tb_next is not None:
@@ -136,12 +146,11 @@ def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
       no maintenance notifications.
     * TCP keepalive (idle 10 s, then 3 probes 5 s apart): a connection whose server vanished
       without closing it (host crash, partition) breaks within ~25 s instead of hanging.
-    * ``retry``: a standalone client never re-sends a command by itself (``from_url`` made one
+    * ``retry``: no client re-sends a command by itself (``from_url`` made a standalone one
       that doesn't either, but implicitly): the backend knows which calls may be repeated and
-      does it (:meth:`RedisQueueBackend._pipeline`). A Cluster client retries moved slots,
-      connection errors and CLUSTERDOWN with jittered exponential backoff (50 ms up to 1 s,
-      10 times: ~6 s, a failover's election with ``cluster-node-timeout 5000``), re-learning
-      the topology in between: that is how it follows a failover.
+      does it (:meth:`RedisCalls.pipeline`). A Cluster client still follows MOVED and ASK; it
+      re-learns the slots after an error and its callers retry with backoff: that is how it
+      follows a failover (:mod:`adapters.redis_cluster` says why it does no more).
     """
     keepalive: dict[int, int] = {}
     for name, value in (("TCP_KEEPIDLE", 10), ("TCP_KEEPINTVL", 5), ("TCP_KEEPCNT", 3)):
@@ -154,10 +163,9 @@ def client_options(cluster: bool, **opts: Any) -> dict[str, Any]:
         "socket_keepalive_options": keepalive,
         "socket_connect_timeout": 5.0,
     }
+    base["retry"] = Retry(NoBackoff(), 0)
     if cluster:
-        base["retry"] = Retry(ExponentialWithJitterBackoff(cap=1.0, base=0.05), 10)
-    else:
-        base["retry"] = Retry(NoBackoff(), 0)
+        base |= cluster_options()
     return base | opts
 
 

@@ -17,15 +17,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 
-from adapters.redis_conn import OwnedClient
+from adapters.redis_conn import OwnedClient, translated
 from emq.core.demand import DemandBoard, Loads, TopicLoad
 from emq.core.errors import BackendUnavailable
 from emq.core.model import Namespace
 from emq.core.naming import RedisKeys
 
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 KEEP_FOR = 10  # the hash outlives its last post by this many stale_s
 DROP_AFTER = 5  # a post this many stale_s old is deleted by the next reader
 
@@ -55,10 +53,8 @@ class RedisDemandBoard(OwnedClient, DemandBoard):
             pipe.hset(keys[tenant], worker_id, json.dumps(post))
             pipe.pexpire(keys[tenant], int(stale_s * KEEP_FOR * 1000))
             pipe.hgetall(keys[tenant])
-        try:
+        with translated("exchanging tenant demand"):
             replies = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"Redis: exchanging tenant demand: {e}") from e
         out: dict[str, list[Loads]] = {}
         stale: list[tuple[str, bytes]] = []
         for i, tenant in enumerate(mine):
@@ -93,5 +89,8 @@ class RedisDemandBoard(OwnedClient, DemandBoard):
         pipe = self._client.pipeline(transaction=False)
         for key, worker in stale:
             pipe.hdel(key, worker)
-        with contextlib.suppress(*_UNAVAILABLE):  # (the next reader deletes them)
+        with (
+            contextlib.suppress(BackendUnavailable),
+            translated("forgetting demand"),
+        ):  # (the next reader deletes them)
             await pipe.execute()

@@ -14,14 +14,11 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 
-from adapters.redis_conn import OwnedClient
+from adapters.redis_conn import OwnedClient, translated
 from emq.core.endpoints import EndpointBoard
-from emq.core.errors import BackendUnavailable
 from emq.core.naming import RedisKeys
 
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 STALE_S = 60.0
 
 
@@ -53,19 +50,17 @@ class RedisEndpointBoard(OwnedClient, EndpointBoard):
             if rows
         }
         gone = [f"{t}|{source}" for t, rows in topics.items() if not rows]
-        try:
+        with translated("posting endpoints"):
             if posts:
                 await self._client.hset(self._key, mapping=posts)  # type: ignore[arg-type]
             if gone:
                 await self._client.hdel(self._key, *gone)
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while posting endpoints: {e}") from e
 
     async def read(self, topic: str, max_age_s: float = 5.0) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         stale = []
         now = time.time()
-        try:
+        with translated("reading endpoints"):
             async for field, value in self._client.hscan_iter(self._key, match=f"{topic}|*"):
                 source = field.decode().rpartition("|")[2]
                 rows = _fresh(value, source, max_age_s, now)
@@ -74,8 +69,6 @@ class RedisEndpointBoard(OwnedClient, EndpointBoard):
                     stale.append(field)
             if stale:
                 await self._client.hdel(self._key, *stale)
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while reading endpoints: {e}") from e
         return sorted(out, key=lambda r: (r["endpoint"], r["worker"]))
 
 

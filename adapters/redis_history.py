@@ -13,18 +13,15 @@ from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 
-from adapters.redis_conn import OwnedClient
+from adapters.redis_conn import OwnedClient, translated
 from adapters.redis_latency import MemoryLatencyBoard, RedisLatencyBoard
-from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
 from emq.core.latency import LatencyBoard
 from emq.core.naming import RedisKeys
 
 _FIELDS = [f.name for f in dataclasses.fields(HistoryRow)]
 _TYPES = {f.name: f.type for f in dataclasses.fields(HistoryRow)}
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 
 def _encode(row: HistoryRow) -> dict[str, str]:
@@ -76,20 +73,16 @@ class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
         pipe = self._client.pipeline(transaction=False)
         for row in rows:
             pipe.xadd(self._key, _encode(row), maxlen=self._max_rows, approximate=True)  # type: ignore[arg-type]
-        try:
+        with translated("recording history"):
             await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while recording history: {e}") from e
 
     async def read(
         self, since_s: int | None = None, batch: int = 10_000
     ) -> AsyncIterator[list[HistoryRow]]:
         cursor = "-"
         while True:
-            try:
+            with translated("reading history"):
                 entries = await self._client.xrange(self._key, min=cursor, max="+", count=batch)
-            except _UNAVAILABLE as e:
-                raise BackendUnavailable(f"redis unavailable while reading history: {e}") from e
             if not entries:
                 return
             rows = [_decode(fields or {}) for _, fields in entries]
@@ -108,16 +101,14 @@ class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
             return
         now = f"{time.time():.3f}"
         mapping = {f"{topic}|{source}": f"{rate:.3f} {now}" for topic, rate in rates.items()}
-        try:
+        with translated("publishing rates"):
             await self._client.hset(self._rates, mapping=mapping)  # type: ignore[arg-type]
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while publishing rates: {e}") from e
 
     async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
         """Sums fresh entries; entries older than a minute (gone workers) are deleted."""
         total, stale = 0.0, []
         now = time.time()
-        try:
+        with translated("reading rates"):
             async for field, value in self._client.hscan_iter(self._rates, match=f"{topic}|*"):
                 rate_text, _, stamp = value.decode().partition(" ")
                 age = now - float(stamp or 0)
@@ -127,22 +118,18 @@ class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
                     stale.append(field)
             if stale:
                 await self._client.hdel(self._rates, *stale)
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
         return round(total, 3)
 
     async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
         """Every fresh ``topic|source`` entry, by source (one HSCAN of the rates hash)."""
         out: dict[str, dict[str, float]] = {}
         now = time.time()
-        try:
+        with translated("reading rates"):
             async for field, value in self._client.hscan_iter(self._rates):
                 topic, _, source = field.decode().rpartition("|")
                 rate_text, _, stamp = value.decode().partition(" ")
                 if now - float(stamp or 0) <= max_age_s:
                     out.setdefault(source, {})[topic] = float(rate_text)
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while reading rates: {e}") from e
         return out
 
 

@@ -32,15 +32,11 @@ from collections.abc import Sequence
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 
-from adapters.redis_conn import OwnedClient
-from emq.core.errors import BackendUnavailable
+from adapters.redis_conn import OwnedClient, translated
 from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore
 from emq.core.model import PRIORITIES, GroupRef, QueueRef
 from emq.core.naming import RedisKeys
-
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 SHARDS = 16  # record hashes per bucket
 AHEAD_CAP = 10_000  # entries counted one by one in the job's own queue; beyond, an estimate
@@ -160,10 +156,8 @@ class RedisJobStore(OwnedClient, JobStore):
         return int(now_s // self.ttl_s)
 
     async def _run(self, what: str, pipe: Any) -> list[Any]:
-        try:
+        with translated(what):
             replies: list[Any] = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable during {what}: {e}") from e
         return replies
 
     async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
@@ -215,10 +209,8 @@ class RedisJobStore(OwnedClient, JobStore):
         for p in PRIORITIES[: place.priority.rank]:
             keys += (k.stream(group.queue(p)), k.checkpoint(group.queue(p)))
         args = (job_id, since, BEFORE_MS, AHEAD_CAP, SCAN_CAP, "1" if final else "0")
-        try:
+        with translated("job lookup"):
             reply = await self._find(keys=keys, args=args)
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable during job lookup: {e}") from e
         due, committed, offset, ahead, exact, data = reply
         snap_text = _text(snap)
         return JobFacts(

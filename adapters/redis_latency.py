@@ -21,12 +21,10 @@ import time
 from collections.abc import Mapping, Sequence
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 from redis.asyncio.cluster import RedisCluster
 
-from adapters.redis_conn import RedisCalls
+from adapters.redis_conn import RedisCalls, translated
 from adapters.redis_replies import Command
-from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import BackendHealth
 from emq.core.latency import BUCKETS, LatencyBoard
 from emq.core.naming import RedisKeys
@@ -34,7 +32,6 @@ from emq.core.naming import RedisKeys
 SLOT_S = 15
 SLOTS = 4  # full slots in the window (plus the current one): 60 s to 75 s
 TTL_S = SLOT_S * (SLOTS + 2)
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 
 def _slots(now: float) -> range:
@@ -104,10 +101,8 @@ class RedisLatencyBoard(LatencyBoard):
         for topic in topics:
             for slot in slots:
                 pipe.hgetall(self._keys.latency(topic, slot))
-        try:
+        with translated("reading latency"):
             replies = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while reading latency: {e}") from e
         out: dict[str, list[int]] = {}
         per_topic = len(slots)
         for t, topic in enumerate(topics):

@@ -9,14 +9,10 @@ from __future__ import annotations
 import json
 
 import redis.asyncio as aioredis
-from redis import exceptions as rex
 
-from adapters.redis_conn import OwnedClient
-from emq.core.errors import BackendUnavailable
+from adapters.redis_conn import OwnedClient, translated
 from emq.core.naming import RedisKeys
 from emq.core.plans import PlanStore, StoredPlan
-
-_UNAVAILABLE = (rex.ConnectionError, rex.TimeoutError, rex.BusyLoadingError)
 
 
 class RedisPlanStore(OwnedClient, PlanStore):
@@ -39,20 +35,16 @@ class RedisPlanStore(OwnedClient, PlanStore):
         pipe.lpush(self._key, text)
         pipe.ltrim(self._key, 0, max(1, keep) - 1)
         pipe.llen(self._key)
-        try:
+        with translated("storing a plan"):
             *_, kept = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while storing a plan: {e}") from e
         return int(kept)
 
     async def latest(self) -> StoredPlan | None:
         pipe = self._client.pipeline(transaction=False)
         pipe.lindex(self._key, 0)
         pipe.llen(self._key)
-        try:
+        with translated("reading plans"):
             raw, kept = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable while reading plans: {e}") from e
         if raw is None:
             return None
         d = json.loads(raw)

@@ -7,6 +7,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from adapters import zk
+from adapters.redis_cluster import cluster_from_url
 from adapters.redis_conn import client_options
 from adapters.redis_demand import RedisDemandBoard
 from adapters.redis_endpoints import RedisEndpointBoard
@@ -148,7 +149,7 @@ def _own_redis(settings: Settings) -> aioredis.Redis | aioredis.RedisCluster:
     """A Redis client of its own for one store (each store closes the client it owns)."""
     options = client_options(settings.redis_cluster)
     if settings.redis_cluster:
-        return aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        return cluster_from_url(settings.redis_url, **options)
     return packed_by_hiredis(aioredis.Redis.from_url(settings.redis_url, **options))
 
 
@@ -167,7 +168,7 @@ def open_plans(settings: Settings) -> PlanStore:
     """The latest capacity plans the API was given (``GET /v1/plans/latest``)."""
     options = client_options(settings.redis_cluster)
     client = (
-        aioredis.RedisCluster.from_url(settings.redis_url, **options)
+        cluster_from_url(settings.redis_url, **options)
         if settings.redis_cluster
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )

@@ -54,7 +54,7 @@ import time
 from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
-from emq.core.interfaces import GroupOwner
+from emq.core.interfaces import Entry, GroupOwner, Offset
 from emq.core.model import QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
@@ -62,7 +62,9 @@ from worker.settings import WorkerSettings
 
 log = logging.getLogger(__name__)
 
+LISTENER = "ready-signal listener"  # (its name in the log: paused, resumed)
 MAX_QUEUES_PER_READ = 512
+FAILED_READ_RETRY_S = 0.25  # a group whose own read failed while others' did not: read again
 MAX_ENTRIES_PER_QUEUE = 1000
 HIGH_FLOOR = 8  # jobs a high queue may read even with the byte budget spent
 RESUME_AT = 0.75  # budget-starved groups are queued again below this share of the budget
@@ -168,12 +170,39 @@ class Fetcher:
                     await self._fetch(batch)
                     self._maybe_resume()  # nothing buffered need be dispatched to resume them
                 except BackendUnavailable as e:
-                    for g in batch:
-                        g.queued_fetch = False
+                    failed = await self._each(batch) if len(batch) > 1 else batch
+                    if len(failed) < len(batch):  # one shard failed: its groups wait, alone
+                        self._later(failed)
+                        continue
+                    for g in batch:  # (a group a signal queued again meanwhile stays once)
                         self.want(g)
                     await self._outage.pause("fetch", e)
                     continue
                 self._outage.resumed("fetch")
+
+    async def _each(self, batch: list[GroupState]) -> list[GroupState]:
+        """Read ``batch`` one group at a time, at once (a read failed: on a Cluster, a shard
+        without a master fails the read of every group it shares a round trip with); the
+        groups whose read failed."""
+        results = await asyncio.gather(*(self._fetch([g]) for g in batch), return_exceptions=True)
+        failed = []
+        for g, result in zip(batch, results, strict=True):
+            if isinstance(result, BackendUnavailable):
+                failed.append(g)
+            elif isinstance(result, BaseException):
+                raise result
+        return failed
+
+    def _later(self, groups: list[GroupState]) -> None:
+        """Queue ``groups`` for a fetch again after FAILED_READ_RETRY_S (their shard failed,
+        the others' did not: the loop goes on with them)."""
+        log.debug("fetch of %d group(s) failed; trying them again shortly", len(groups))
+
+        def again() -> None:
+            for g in groups:
+                self.want(g)
+
+        asyncio.get_running_loop().call_later(FAILED_READ_RETRY_S, again)
 
     async def _fetch(self, batch: list[GroupState]) -> None:
         reads = self._within_budget(self._plan(batch))
@@ -192,6 +221,8 @@ class Fetcher:
             if g.stopped or not entries:
                 continue
             progress, buffer = g.progress[q], g.filling()[i]
+            if entries[0].offset <= progress.last_fetched:
+                entries = self._unseen(q, entries, progress.last_fetched)
             for e in entries:
                 progress.fetched(e.offset)
                 buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
@@ -205,10 +236,26 @@ class Fetcher:
         for g in touched:
             self._on_jobs(g)
 
+    @staticmethod
+    def _unseen(queue: QueueRef, entries: list[Entry], last: Offset) -> list[Entry]:
+        """Entries of a reply that were fetched already (at or before ``last``, the queue's
+        last fetched offset) are never buffered again: they would be delivered twice. A read
+        is planned from the last fetched offset, so such a reply is an older read's (seen in a
+        Cluster failover, under the Redis client): logged, as a fault to find."""
+        fresh = [e for e in entries if e.offset > last]
+        log.warning(
+            "fetch of %s returned %d entries read before (up to %s); not buffered again",
+            queue, len(entries) - len(fresh), last,
+        )  # fmt: skip
+        return fresh
+
     def _plan(self, batch: list[GroupState]) -> list[Read]:
-        """Each queue of ``batch`` not exhausted and at most half full, with its room."""
+        """Each queue of ``batch`` not exhausted and at most half full, with its room.
+
+        A group is read once per batch whatever happened: two reads of one queue from the same
+        offset would buffer its entries twice, and deliver them twice."""
         reads: list[Read] = []
-        for g in batch:
+        for g in dict.fromkeys(batch):
             g.queued_fetch = False
             if g.stopped:
                 continue
@@ -272,15 +319,19 @@ class Fetcher:
                 log.warning("due index of %d claimed groups not updated (%s)", len(refs), e)
 
     async def listen(self) -> None:
-        """Mark the groups named by ready signals hot."""
+        """Mark the groups named by ready signals hot. After an outage, one sweep: the signals
+        written meanwhile may be lost (on a Cluster the inbox may sit on the shard that
+        failed, while the groups it names, on healthy shards, got jobs)."""
         cursor: str | None = None
         while True:
             try:
                 cursor, names = await self._queues.wait_ready(cursor, timeout_s=1.0)
             except BackendUnavailable as e:
-                await self._outage.pause("ready-signal listener", e)
+                await self._outage.pause(LISTENER, e)
                 continue
-            self._outage.resumed("ready-signal listener")
+            if LISTENER in self._outage.paused():
+                self._outage.resumed(LISTENER)
+                await self.sweep_once()
             for name in names:
                 group = self._groups.get(name)
                 if group is not None:

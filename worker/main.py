@@ -21,6 +21,7 @@ from emq.core.interfaces import AssignmentSource, ConfigStore, GroupOwner, Histo
 from emq.core.jobs import JobStore
 from emq.core.model import Namespace
 from emq.core.replays import ReplayStore
+from emq.core.supervision import start_supervised
 from worker.metrics import WorkerMetrics
 from worker.pushers import make_pusher
 from worker.replay import ReplayMover
@@ -205,8 +206,14 @@ async def run_worker(
             host = settings.metrics_host
             host = socket.gethostname() if host in ("", "0.0.0.0", "::") else host
             assignment.advertise({"metrics": f"{host}:{port}"})
-        follow = asyncio.create_task(assignment.run()) if assignment_task else None
-        mover = asyncio.create_task(ReplayMover(replays, worker_id).run()) if replays else None
+        follow = (
+            start_supervised("assignment follower", assignment.run) if assignment_task else None
+        )
+        mover = (
+            start_supervised("replay mover", ReplayMover(replays, worker_id).run)
+            if replays
+            else None
+        )
         print(f"emq worker {worker_id} running", flush=True)
         try:
             await worker.run(stop)

@@ -22,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from functools import partial
 from typing import Any
 
@@ -42,6 +42,7 @@ from emq.core.interfaces import (
 )
 from emq.core.jobs import JobStore
 from emq.core.model import Namespace, Topic, TopicRef
+from emq.core.supervision import start_supervised
 from worker import reenable
 from worker.committer import Committer
 from worker.dispatch import Dispatcher, Handoff, SendGovernor
@@ -167,28 +168,30 @@ class Worker:
         """Run until ``stop`` is set, then shut down gracefully."""
         log.info("worker %s starting (namespace %s)", self.id, self.namespace.value)
         self.metrics.send_limit.set(self._sends.limit)
-        self._start("topics", self._watch_topics())
-        self._start("assignment", self.ownership.follow(self._topics_ready))
-        self._start("holds", self.holds.check_loop())
-        self._start("fetch", self.fetcher.run())
+        self._start("topics", self._watch_topics)
+        self._start("assignment", partial(self.ownership.follow, self._topics_ready))
+        self._start("holds", self.holds.check_loop)
+        self._start("fetch", self.fetcher.run)
         if (inbox := self.assignment.inbox()) is not None:  # a fleet addresses hints to owners
             self.fetcher.address_to(inbox)
-        self._start("signals", self.fetcher.listen())
-        self._start("promote", self.fetcher.promote())
-        self._start("sweep", self.fetcher.sweep())
-        self._start("dispatch", self._dispatch_loop())
-        self._start("senders", self.senders.run())
-        self._start("outcomes", self.outcomes.run())
-        self._start("checkpoint", self.committer.checkpoint_loop())
+        self._start("signals", self.fetcher.listen)
+        self._start("promote", self.fetcher.promote)
+        self._start("sweep", self.fetcher.sweep)
+        self._start("dispatch", self._dispatch_loop)
+        self._start("senders", self.senders.run)
+        self._start("outcomes", self.outcomes.run)
+        self._start("checkpoint", self.committer.checkpoint_loop)
         if self.settings.retain_entries >= 0:
-            self._start("trim", self.committer.trim_loop())
-        self._start("dlq-trim", self.committer.trim_dead_loop())
-        self._start("history", self.recorder.run(self.topics))
-        self._start("loop-lag", self.metrics.measure_loop_lag())
-        self._start("snapshots", self.joblog.run(self.groups))
+            self._start("trim", self.committer.trim_loop)
+        self._start("dlq-trim", self.committer.trim_dead_loop)
+        self._start("history", partial(self.recorder.run, self.topics))
+        self._start("loop-lag", self.metrics.measure_loop_lag)
+        self._start("snapshots", partial(self.joblog.run, self.groups))
         if self.endpoint_board is not None:
-            self._start("endpoints", report_loop(self.endpoint_board, self.id, self.topics))
-        self._start("tenant-quota", self.tenant_quota.run())
+            self._start(
+                "endpoints", partial(report_loop, self.endpoint_board, self.id, self.topics)
+            )
+        self._start("tenant-quota", self.tenant_quota.run)
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -201,8 +204,10 @@ class Worker:
         if error is not None:
             raise error
 
-    def _start(self, name: str, coro: Coroutine[Any, Any, Any]) -> None:
-        self._tasks[name] = asyncio.create_task(coro, name=f"emq-worker-{name}")
+    def _start(self, name: str, run: Callable[[], Awaitable[object]]) -> None:
+        """Run ``run()`` as a task for the worker's life, restarted after an outage that
+        escapes it (emq.core.supervision); any other error stops the worker."""
+        self._tasks[name] = start_supervised(f"worker {name}", run, task_name=f"emq-worker-{name}")
 
     async def _first_failure(self) -> BaseException | None:
         """Wait until a task dies unexpectedly; a worker with a dead task must not limp on."""

@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import redis.asyncio as aioredis
-from redis.asyncio.cluster import RedisCluster
 
+from adapters.redis_cluster import cluster_from_url
 from adapters.redis_conn import Client, client_options
 from adapters.redis_packing import packed_by_hiredis
 from adapters.redis_queue.base import DEFAULT_IDEMPOTENCY_WINDOW_S
@@ -45,7 +45,7 @@ async def connect(url: str, *, cluster: bool, prefix: str, **opts: Any) -> Redis
     own = ("wait_replicas", "wait_timeout_ms", "routes", "addressed")
     wait = {k: opts.pop(k) for k in own if k in opts}
     opts = client_options(cluster, **opts)
-    make = RedisCluster.from_url if cluster else aioredis.Redis.from_url
+    make = cluster_from_url if cluster else aioredis.Redis.from_url
     client: Client = packed_by_hiredis(make(url, **opts))
     # Blocking reads are bounded by their BLOCK time (and wait_ready's own deadline).
     blocking: Client = packed_by_hiredis(make(url, **{**opts, "socket_timeout": None}))

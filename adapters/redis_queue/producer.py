@@ -16,6 +16,7 @@ from typing import TypeAlias
 from adapters.redis_conn import check_acknowledged
 from adapters.redis_queue.base import RedisQueueBase
 from adapters.redis_replies import Append, Command, Hints, offset_of, put_result
+from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import PutItem, PutResult
 from emq.core.model import GroupRef, QueueRef
 
@@ -26,6 +27,13 @@ _Slot: TypeAlias = tuple[int, int]
 # costs a few commands instead of 1000 (redis-py spends ~20 us of Python per pipelined command).
 # Job i goes to stream KEYS[k_i]; its payload is the next n_i bytes of ARGV[2] (all payloads
 # concatenated: two arguments for the batch, see adapters.redis_replies.Append).
+# What a failed put means: the write may have reached Redis (the connection broke after it was
+# sent; on a Cluster, some shards took their part), so the jobs are possibly stored.
+POSSIBLY_STORED = (
+    "the jobs are possibly stored (some or all); retry with the same idempotency_key to "
+    "avoid a duplicate"
+)
+
 APPEND = """
 local ids = {}
 local payloads = ARGV[2]
@@ -101,7 +109,10 @@ class RedisProducer(RedisQueueBase):
         # before the connection broke, the jobs would be stored twice (the caller gets
         # BackendUnavailable and may retry with keys); with keys, Redis de-duplicates.
         repeatable = all(item.idempotency_key is not None for item in items)
-        replies = await self._pipeline(commands, "put", repeatable=repeatable)
+        try:
+            replies = await self._pipeline(commands, "put", repeatable=repeatable)
+        except BackendUnavailable as e:  # (it may have run, on some shards or all)
+            raise BackendUnavailable(f"{e.message}; {POSSIBLY_STORED}") from e
         if self._wait is not None:
             check_acknowledged(int(replies[-1]), *self._wait)
         results = []

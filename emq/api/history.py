@@ -13,6 +13,7 @@ from aiohttp import web
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import HistoryRow, HistoryStore
 from emq.core.model import Topic, TopicRef
+from emq.core.supervision import start_supervised
 from emq.core.tasks import raise_if_cancelling
 
 log = logging.getLogger(__name__)
@@ -66,7 +67,7 @@ class EnqueueHistory:
 
     async def context(self, app: web.Application) -> AsyncIterator[None]:
         """aiohttp ``cleanup_ctx``: record while the app runs, flush what is left at the end."""
-        task = asyncio.create_task(self.run())
+        task = start_supervised("api enqueue history", self.run)
         yield
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)

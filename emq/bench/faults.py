@@ -17,6 +17,9 @@ promise checker (:mod:`emq.bench.promises`) and says which targets were met:
 * ``zk_quorum`` — 2 of a 3-node ZooKeeper ensemble down, then back: time to the API's first
   accepted admin write and the workers' latest apply of a change after recovery
   (:mod:`emq.bench.faults_zk`).
+* ``cluster_failover`` — two Redis Cluster masters killed under load, once per seed
+  (:mod:`emq.bench.cluster_failover`): lost, duplicates, per-shard pauses, API 5xx by code,
+  processes alive.
 
 Every trial is a coroutine ``trial(rig, **params)`` returning ``{"figures", "targets", "pass"}``;
 :func:`run` runs the chosen ones with their defaults (each about 1-2 minutes) and the tests run
@@ -409,6 +412,16 @@ async def poison(
     )
 
 
+# --------------------------------------------------------------------------- Cluster failover
+
+
+async def cluster_failover(rig: Rig, **params: Any) -> dict[str, Any]:
+    """Two Redis Cluster masters killed under load (:mod:`emq.bench.cluster_failover`)."""
+    from emq.bench.cluster_failover import cluster_failover as trial
+
+    return await trial(rig, **params)
+
+
 # --------------------------------------------------------------------------- the suite
 
 
@@ -423,6 +436,10 @@ def _rig_class(trial: str) -> type[Rig]:
         from emq.bench.faults_zk import EnsembleRig
 
         return EnsembleRig
+    if trial == "cluster_failover":  # a Redis Cluster with a replica per master
+        from emq.bench.cluster_rig import ClusterRig
+
+        return ClusterRig
     return Rig
 
 
@@ -434,7 +451,9 @@ TRIALS: dict[str, Trial] = {
     "hanging": hanging,
     "poison": poison,
     "zk_quorum": _zk_quorum,
+    "cluster_failover": cluster_failover,
 }
+SEEDED = ("cluster_failover",)  # run once per seed of --seeds
 
 
 async def run_trial(name: str, session_s: float = 4.0, **params: Any) -> dict[str, Any]:
@@ -451,21 +470,31 @@ async def run_trial(name: str, session_s: float = 4.0, **params: Any) -> dict[st
     )
 
 
+def _runs(name: str, params: dict[str, Any], seeds: int) -> list[dict[str, Any]]:
+    """A trial's runs: one per seed 1..``seeds`` for the seeded trials, else one."""
+    if name not in SEEDED or "seed" in params:
+        return [params]
+    return [params | {"seed": s} for s in range(1, seeds + 1)]
+
+
 def run(
     trials: Sequence[str] = tuple(TRIALS),
     say: Callable[[str], None] = lambda _: None,
+    seeds: int = 1,
     **overrides: dict[str, Any],
 ) -> dict[str, Any]:
-    """Run ``trials`` in order (each with its defaults, or ``overrides[name]``): one document."""
+    """Run ``trials`` in order (each with its defaults, or ``overrides[name]``; the seeded ones
+    once per seed 1..``seeds``): one document."""
     import uvloop
 
     results = []
     started = time.monotonic()
     for name in trials:
-        say(f"fault trial {name}...")
-        result = uvloop.run(run_trial(name, **overrides.get(name, {})))
-        say(f"fault trial {name}: {'pass' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
-        results.append(result)
+        for params in _runs(name, overrides.get(name, {}), seeds):
+            say(f"fault trial {name} {params}...")
+            result = uvloop.run(run_trial(name, **params))
+            say(f"fault trial {name}: {'pass' if result['ok'] else 'FAIL'} ({result['seconds']} s)")
+            results.append(result)
     doc = {
         "bench": "faults",
         "date": time.strftime("%Y-%m-%d", time.gmtime()),
@@ -479,7 +508,10 @@ def run(
 
 
 def run_cli(
-    trials: str, duration_s: float | None, say: Callable[[str], None] = lambda _: None
+    trials: str,
+    duration_s: float | None,
+    say: Callable[[str], None] = lambda _: None,
+    seeds: int = 1,
 ) -> dict[str, Any]:
     """``emq bench faults``: ``trials`` comma-separated (empty: all); ``duration_s`` the length
     of each timed fault. A bad name or duration is one :class:`~emq.core.errors.EmqError` line."""
@@ -499,8 +531,11 @@ def run_cli(
             "hanging": {"duration_s": duration_s},
             "redis_restart": {"load_s": duration_s},
             "zk_quorum": {"outage_s": duration_s},
+            "cluster_failover": {"between_s": duration_s},
         }
-    return run(names, say, **overrides)
+    if not 1 <= seeds <= 100:
+        raise EmqError("--seeds must be 1-100")
+    return run(names, say, seeds, **overrides)
 
 
 def summary(doc: dict[str, Any]) -> str:

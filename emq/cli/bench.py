@@ -22,7 +22,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.name == "faults":
         from emq.bench import faults
 
-        doc = faults.run_cli(args.trials, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+        doc = faults.run_cli(args.trials, args.duration_s, say, seeds=args.seeds)
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else faults.summary(doc))
@@ -191,13 +192,14 @@ def add_commands(sub: Subparsers) -> None:
         "--seeds",
         type=int,
         default=3,
-        help="promises: run the randomized mixed workloads of seeds 1..N (3)",
+        help="promises: run the randomized mixed workloads of seeds 1..N (3); faults: run "
+        "cluster_failover once per seed 1..N",
     )
     bench.add_argument(
         "--trials",
         default="",
         help="faults: comma-separated trials (worker_kill,redis_restart,zk_outage,sigstop,"
-        "hanging,poison,zk_quorum; default all)",
+        "hanging,poison,zk_quorum,cluster_failover; default all)",
     )
     bench.add_argument(
         "--competitor",

@@ -211,3 +211,119 @@ async def test_a_sweep_that_cannot_ask_reads_every_group() -> None:
     await put(queues, lost, LOW, 1, 10)
     await f.sweep_once()
     assert idle.hot and lost.hot and idle.queued_fetch and lost.queued_fetch
+
+
+class OneShardDown(GatedQueues):
+    """Reads that touch a queue of a ``down`` topic fail, as a Cluster read that shares a round
+    trip with a shard without a master does."""
+
+    def __init__(self, down: str) -> None:
+        super().__init__()
+        self.down = down
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        if any(q.group.topic.topic == self.down for q in requests):
+            raise BackendUnavailable("redis unavailable during read: Connection refused")
+        return await super().read(requests, count)
+
+
+async def test_a_shard_without_a_master_holds_up_only_its_own_groups() -> None:
+    queues = OneShardDown("dead")
+    f, woken = fetcher(queues)
+    healthy, dead = group("healthy", 20), group("dead", 20)
+    await put(queues, healthy, MEDIUM, 5, 10)
+    await put(queues, dead, MEDIUM, 5, 10)
+    loop = asyncio.create_task(f.run())
+    try:
+        f.signal(healthy)
+        f.signal(dead)
+        for _ in range(100):
+            if woken:
+                break
+            await asyncio.sleep(0.01)
+        assert woken == [healthy] and held(healthy) == [0, 5, 0]
+        assert "fetch" not in f._outage.paused()  # the loop itself never paused
+        assert held(dead) == [0, 0, 0] and dead.hot
+        queues.down = "none"  # its replica took over: read on the next try, by itself
+        for _ in range(200):
+            if dead in woken:
+                break
+            await asyncio.sleep(0.01)
+        assert held(dead) == [0, 5, 0]
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+
+
+class FailsOnce(GatedQueues):
+    """The first read waits on ``gate`` and then fails (the connection broke under it)."""
+
+    failed = False
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        if isinstance(count, int) or self.failed:
+            return await super().read(requests, count)
+        self.failed = True
+        self.reading.set()
+        assert self.gate is not None
+        await self.gate.wait()
+        raise BackendUnavailable("redis unavailable during read: Connection closed by server")
+
+
+async def test_a_read_that_failed_while_a_signal_came_reads_its_jobs_once() -> None:
+    """The failed read's group, queued again by a signal while the read was out, was queued a
+    second time by the retry: one batch read the queue twice from the same offset, and every
+    entry was buffered, and delivered, twice."""
+    queues = FailsOnce()
+    queues.gate = asyncio.Event()
+    f, _ = fetcher(queues)
+    g = group("g", 20)
+    await put(queues, g, MEDIUM, 5, 10)
+    loop = asyncio.create_task(f.run())
+    try:
+        f.signal(g)
+        await queues.reading.wait()
+        f.signal(g)  # a ready signal while the read is out: queued again
+        queues.gate.set()  # the read fails
+        for _ in range(200):
+            if held(g)[1]:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(0.1)  # (any second read would have landed by now)
+        assert held(g) == [0, 5, 0]
+        assert [b.offset for b in g.buffers[1]] == sorted({b.offset for b in g.buffers[1]})
+    finally:
+        loop.cancel()
+        await asyncio.gather(loop, return_exceptions=True)
+
+
+class Replays(GatedQueues):
+    """Answers the next read with what the first read of it returned (an older read's reply)."""
+
+    first: dict[QueueRef, list[Entry]] | None = None
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        found = await super().read(requests, count)
+        if self.first is None:
+            self.first = found
+            return found
+        return {q: self.first.get(q, []) + found.get(q, []) for q in set(self.first) | set(found)}
+
+
+async def test_entries_a_reply_repeats_are_never_buffered_twice() -> None:
+    queues = Replays()
+    f, _ = fetcher(queues)
+    g = group("g", 20)
+    await put(queues, g, MEDIUM, 3, 10)
+    await f._fetch([g])
+    await put(queues, g, MEDIUM, 2, 10)
+    g.exhausted[1] = False
+    await f._fetch([g])
+    offsets = [b.offset for b in g.buffers[1]]
+    assert len(offsets) == 5 and offsets == sorted(set(offsets))
