@@ -41,6 +41,7 @@ the future once.
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Callable
 from typing import NamedTuple, cast
 
@@ -57,6 +58,7 @@ from worker.protocol_errors import (
 )
 
 Answer = tuple[int, bytes | None]  # status, raw Retry-After
+_REASON_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class ConnectionLost(ConnectionError):
@@ -83,6 +85,9 @@ class Limits(NamedTuple):
     head_bytes: int = 64 * 1024
     field_bytes: int = 8190
     fields: int = 128
+
+
+DEFAULT_LIMITS = Limits()
 
 
 def unreported(endpoint: str, reason: str) -> None:
@@ -171,8 +176,9 @@ class Connection(asyncio.Protocol):
         self._lost(self)
         if self._waiter is None:
             return
-        if self._headers_done and not self._framed:
-            self._finish(reuse=False)  # a body delimited by the close (RFC 9112 6.3)
+        if self._headers_done and not self._framed and exc is None:
+            self._finish(reuse=False)  # a body delimited by the close (RFC 9112 6.3; a reset
+            # ends no body: the answer is incomplete)
         else:
             reason = f": {exc}" if exc else ""
             self._fail(ConnectionLost(f"connection closed before the answer was complete{reason}"))
@@ -212,6 +218,13 @@ class Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self._waiter is None:  # a second message after a complete one, in the same read
             self._refusal = STRAY
+            raise _Refused
+
+    def on_status(self, reason: bytes) -> None:
+        # llhttp takes any byte but CR and LF in the reason phrase; RFC 9112 allows HTAB, SP,
+        # VCHAR and obs-text only.
+        if _REASON_FORBIDDEN.search(reason) is not None:
+            self._refusal = MALFORMED
             raise _Refused
 
     def on_header(self, name: bytes, value: bytes) -> None:

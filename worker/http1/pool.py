@@ -30,7 +30,7 @@ import ssl
 import time
 from collections.abc import Callable
 
-from worker.http1.connection import Connection, Limits, unreported
+from worker.http1.connection import DEFAULT_LIMITS, Connection, Limits, unreported
 from worker.http1.wire import Target
 from worker.ssrf import GuardedResolver
 
@@ -50,7 +50,7 @@ class Pool:
         resolver: GuardedResolver,
         max_body: int,
         ssl_context: ssl.SSLContext | None = None,
-        limits: Limits = Limits(),
+        limits: Limits = DEFAULT_LIMITS,
         report: Callable[[str, str], None] | None = None,
     ) -> None:
         self._resolver = resolver
