@@ -1,7 +1,7 @@
 """A hostile HTTP endpoint on loopback: a raw asyncio socket server whose every answer is
 scripted per connection and request, and that keeps the truth of what it answered.
 
-Each request carries its job in ``X-Job``. The script gets (connection number, request number on
+Each request carries its job in ``X-Job`` (or, from a worker, ``webhook-id``). The script gets (connection number, request number on
 that connection) and returns a :class:`Reply`: steps written in turn (bytes, pauses, a reset, a
 close, a hang, a trickle, a stream) and whether the request was answered with a complete 2xx
 (``ok``: the truth a client's "delivered" is judged by). A step marked :class:`Stray` is written
@@ -203,7 +203,7 @@ async def _read_request(reader: asyncio.StreamReader) -> tuple[str, str] | None:
     for line in lines[1:]:
         name, _, value = line.partition(b":")
         name = name.strip().lower()
-        if name == b"x-job":
+        if name in (b"x-job", b"webhook-id"):  # (a worker's request: its job's id)
             job = value.strip().decode()
         elif name == b"content-length":
             length = int(value)
