@@ -75,7 +75,7 @@ async def test_lying_and_endless_endpoints_decide_nothing_but_their_own_jobs(
         neighbour = [{"url": sink.url("neighbour"), "body": {"n": i}} for i in range(240)]
         await stack.enqueue("neighbour", neighbour)
         await asyncio.sleep(1.0)  # (the neighbour's pace before the hostile ones start)
-        for i in range(0, LIES, 10):  # interleaved on one host:port
+        for _ in range(0, LIES, 10):  # interleaved on one host:port
             await stack.enqueue("liar", [{"url": hostile.url("/lie")}] * 10)
             await globex.enqueue("honest", [{"url": hostile.url("/honest")}] * 10)
         endless_ids = await stack.enqueue("endless", [{"url": hostile.url("/endless")}] * ENDLESS)
