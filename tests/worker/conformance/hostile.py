@@ -2,11 +2,12 @@
 scripted per connection and request, and that keeps the truth of what it answered.
 
 Each request carries its job in ``X-Job`` (or, from a worker, ``webhook-id``). The script gets
-(connection number, request number on that connection, path) and returns a :class:`Reply`: steps written in turn (bytes, pauses, a reset, a
-close, a hang, a trickle, a stream) and whether the request was answered with a complete 2xx
-(``ok``: the truth a client's "delivered" is judged by). A step marked :class:`Stray` is written
-after a complete response: the connection must never carry another request; one that does is
-recorded in :attr:`Hostile.reused_after_stray`.
+(connection number, request number on that connection, path) and returns a :class:`Reply`:
+steps written in turn (bytes, pauses, a reset, a close, a hang, a trickle, a stream) and
+whether the request was answered with a complete 2xx (``ok``: the truth a client's "delivered"
+is judged by). A step marked :class:`Stray` is written after a complete response: the
+connection must never carry another request; one that does is recorded in
+:attr:`Hostile.reused_after_stray`.
 """
 
 from __future__ import annotations
