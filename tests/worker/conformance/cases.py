@@ -71,7 +71,7 @@ def by_path(replies: dict[str, Script]) -> Script:
     return lambda conn, index, path: replies[path](conn, index, path)
 
 
-CASES = [
+STRAYS_AND_LIMITS = [
     # -------------------------------------------------------------- stray bytes (the issue's)
     Case(
         "leftover-partial-then-500",
@@ -253,6 +253,8 @@ CASES = [
         reason=TIMED_OUT,
         tags=frozenset({"slow"}),
     ),
+]
+FRAMING_AND_MALFORMED = [
     # -------------------------------------------------------------- framing that ends at a close
     Case(
         "connection-close",
@@ -365,3 +367,4 @@ CASES = [
         tags=frozenset({"aiohttp-lenient"}),
     ),
 ]
+CASES = STRAYS_AND_LIMITS + FRAMING_AND_MALFORMED

@@ -1,6 +1,8 @@
 """Hostile-endpoint conformance of both push clients (ARCHITECTURE.md invariant 9).
 
-Every case of :mod:`tests.worker.conformance.cases`, against each client: a few pushes in turn,
+The cases of :mod:`tests.worker.conformance.cases` (stray bytes, unbounded heads and bodies,
+slow and silent endpoints here; framing, malformed responses and resets in
+:mod:`~tests.worker.conformance.test_malformed`), against each client: a few pushes in turn,
 each to a scripted raw-socket endpoint, and for every case:
 
 * no false delivered: a push answered 2xx only if the endpoint answered *that* request with a
@@ -15,82 +17,30 @@ each to a scripted raw-socket endpoint, and for every case:
 from __future__ import annotations
 
 import asyncio
-import ipaddress
-import tracemalloc
 
 import pytest
 
-from emq.core.interfaces import PushRequest, PushResult
-from tests.worker.conformance.cases import CASES, OK, PROTOCOL, TIMED_OUT, Case, always, by_path
+from tests.worker.conformance.cases import (
+    OK,
+    PROTOCOL,
+    STRAYS_AND_LIMITS,
+    TIMED_OUT,
+    Case,
+    always,
+    by_path,
+)
 from tests.worker.conformance.hostile import Hostile, Pause, Stray, never_accepting
+from tests.worker.conformance.suite import LOOPBACK, SETTINGS, TOTAL_S, check_case, request
 from worker.pushers import HTTP_CLIENTS, make_pusher
 from worker.settings import WorkerSettings
-from worker.ssrf import AddressPolicy
-
-LOOPBACK = AddressPolicy([ipaddress.ip_network("127.0.0.0/8")])
-TOTAL_S = 0.4  # the request's total timeout: the trickles and hangs end here
-SETTINGS = {
-    "request_timeout_s": TOTAL_S,
-    "connect_timeout_s": 0.3,
-    "max_response_bytes": 64 * 1024,
-}
-MEMORY_BOUND = 8 * 1024 * 1024  # peak traced allocations of a heavy case's pushes
-
-
-def request(url: str, job: str, endpoint: str) -> PushRequest:
-    return PushRequest(url, "POST", {"X-Job": job}, b'{"n": 1}', endpoint)
-
-
-async def run_case(case: Case, client: str) -> tuple[Hostile, list[tuple[str, PushResult]], int]:
-    """The case's pushes in turn; (the endpoint's record, each push's job and result, the
-    peak bytes the pushes allocated if the case is heavy, else 0)."""
-    settings = WorkerSettings(http_client=client, **SETTINGS)  # type: ignore[arg-type]
-    results: list[tuple[str, PushResult]] = []
-    peak = 0
-    async with Hostile(case.script).serving() as endpoint, make_pusher(settings, LOOPBACK) as p:
-        if case.heavy:
-            tracemalloc.start()
-        try:
-            for i in range(case.pushes):
-                path = case.paths[i % len(case.paths)]
-                job = f"{case.name}-{i}"
-                pushed = p.push(request(endpoint.url(path), job, f"t{path}"))
-                results.append((job, await asyncio.wait_for(pushed, TOTAL_S + 2)))
-                if case.settle:
-                    await endpoint.settled()
-        finally:
-            if case.heavy:
-                peak = tracemalloc.get_traced_memory()[1]
-                tracemalloc.stop()
-        await endpoint.settled(0.5)
-    return endpoint, results, peak
 
 
 @pytest.mark.parametrize("client", HTTP_CLIENTS)
-@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+@pytest.mark.parametrize("case", STRAYS_AND_LIMITS, ids=[c.name for c in STRAYS_AND_LIMITS])
 async def test_a_hostile_endpoint_never_gets_a_push_counted_falsely(
     case: Case, client: str
 ) -> None:
-    endpoint, results, peak = await run_case(case, client)
-    lenient = client == "aiohttp" and "aiohttp-lenient" in case.tags
-    for job, result in results:
-        if 200 <= result.status < 300 and not lenient:
-            assert endpoint.truth(job), (job, result, endpoint.seen)  # no false delivered
-        if result.status == 0:
-            assert result.error, result
-            reason = case.of(case.reason, client)
-            if reason is not None:
-                assert reason in result.error, (job, result)
-    delivered = sum(200 <= r.status < 300 for _, r in results)
-    want = case.of(case.want, client)
-    if want == "all":
-        assert delivered == len(results), results
-    elif want == "none":
-        assert delivered == 0, results
-    if client == "lean" or not case.partial_stray:
-        assert endpoint.reused_after_stray == [], (endpoint.reused_after_stray, endpoint.seen)
-    if case.heavy:
-        assert peak < MEMORY_BOUND, peak
+    await check_case(case, client)
 
 
 @pytest.mark.parametrize("client", HTTP_CLIENTS)
