@@ -97,6 +97,27 @@ class _FreshConnectionRequest(aiohttp.ClientRequest):
         return response
 
 
+class _CheckedResponse(aiohttp.ClientResponse):
+    """A response whose head is checked for what aiohttp's lenient parser lets through
+    (:func:`_check_head`) before anyone reads it; refused, its connection is closed (a response
+    without a body has given its connection back to the pool by then). Keeps its connection's
+    protocol (``protocol``) for the body's checks."""
+
+    protocol: Any = None
+
+    async def start(self, connection: Any) -> aiohttp.ClientResponse:
+        self.protocol = connection.protocol
+        await super().start(connection)
+        try:
+            _check_head(self)
+        except _Refused:
+            if self.protocol is not None:
+                self.protocol.close()
+            self.close()
+            raise
+        return self
+
+
 class _Refused(Exception):
     """The response broke a rule aiohttp's parser let through."""
 
@@ -164,6 +185,7 @@ class PushExecutor(Pusher):
             max_field_size=self._settings.max_response_field_bytes,
             max_headers=self._settings.max_response_headers,
             request_class=_FreshConnectionRequest,
+            response_class=_CheckedResponse,
             skip_auto_headers=("User-Agent",),
             auto_decompress=False,
             trust_env=False,  # never route pushes through an environment proxy
@@ -246,8 +268,8 @@ class PushExecutor(Pusher):
             data=request.body,
             allow_redirects=False,
         ) as response:
-            _check_head(response)
-            protocol = response.connection.protocol if response.connection else None
+            assert isinstance(response, _CheckedResponse)
+            protocol = response.protocol
             # A body that ends at the close: a reset is not its end. The protocol's ``closed``
             # future (made when first asked) fails on an unclean close.
             closing = (
@@ -288,26 +310,32 @@ def _check_head(response: aiohttp.ClientResponse) -> None:
         raise _Refused(MALFORMED, "a control character in the reason phrase")
 
 
+def _chain(error: BaseException) -> list[BaseException]:
+    """``error`` and its causes (aiohttp wraps a parser's error in one or two of its own)."""
+    chain: list[BaseException] = []
+    seen: BaseException | None = error
+    while seen is not None and len(chain) < 8:
+        chain.append(seen)
+        seen = seen.__cause__ or seen.__context__
+    return chain
+
+
 def _protocol_reason(error: BaseException) -> str | None:
     """The protocol error behind an aiohttp failure (its cause chain), if it was one."""
-    seen: BaseException | None = error
-    for _ in range(4):
-        if seen is None:
-            return None
-        if isinstance(seen, http_exceptions.LineTooLong):
-            return FIELD_TOO_LARGE
-        if isinstance(seen, http_exceptions.ContentLengthError):
-            return None  # a body cut short: the connection's end, not a malformed response
-        if isinstance(seen, http_exceptions.HttpProcessingError):
-            return TOO_MANY_HEADERS if "Too many headers" in seen.message else MALFORMED
-        seen = seen.__cause__ or seen.__context__
-    return None
+    chain = _chain(error)
+    if any(isinstance(e, http_exceptions.LineTooLong) for e in chain):
+        return FIELD_TOO_LARGE
+    parsing = [e for e in chain if isinstance(e, http_exceptions.HttpProcessingError)]
+    if not parsing:
+        return None
+    words = " ".join(str(e.message) for e in parsing)
+    if isinstance(parsing[-1], http_exceptions.ContentLengthError) or "Not enough data" in words:
+        return None  # a body cut short: the connection's end, not a malformed response
+    return TOO_MANY_HEADERS if "Too many headers" in words else MALFORMED
 
 
 def _parser_words(error: BaseException) -> str:
-    """aiohttp's own words for a protocol error, short."""
-    seen: BaseException | None = error
-    while seen is not None and not isinstance(seen, http_exceptions.HttpProcessingError):
-        seen = seen.__cause__ or seen.__context__
-    words = seen.message if seen is not None else str(error)
-    return str(words)[:120].lower()
+    """aiohttp's own words for a protocol error: its first line, short."""
+    parsing = [e for e in _chain(error) if isinstance(e, http_exceptions.HttpProcessingError)]
+    words = str(parsing[-1].message if parsing else error).strip()
+    return " ".join(words.split("\n", 1)[0].split())[:100].lower().rstrip(":")

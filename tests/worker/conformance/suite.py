@@ -74,5 +74,12 @@ async def check_case(case: Case, client: str) -> None:
         assert delivered == 0, results
     if client == "lean" or not case.partial_stray:
         assert endpoint.reused_after_stray == [], (endpoint.reused_after_stray, endpoint.seen)
+    # A push that failed (a protocol error, a timeout, a reset) leaves no connection to reuse.
+    for job, result in results:
+        if result.status == 0:
+            (seen,) = [s for s in endpoint.seen if s.job == job] or [None]
+            if seen is not None:
+                later = [s for s in endpoint.seen if s.conn == seen.conn and s.index > seen.index]
+                assert later == [], (job, result, later)
     if case.heavy:
         assert peak < MEMORY_BOUND, peak

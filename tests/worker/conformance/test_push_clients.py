@@ -8,7 +8,8 @@ each to a scripted raw-socket endpoint, and for every case:
 * no false delivered: a push answered 2xx only if the endpoint answered *that* request with a
   complete 2xx (its job in ``X-Job``);
 * nothing lost: every push ends (a result, within the total timeout and a margin), none raises;
-* a connection that carried stray bytes never carries another request;
+* a connection that carried stray bytes never carries another request, nor one whose push
+  failed (a protocol error, a timeout, a reset);
 * a failed push says why (``error``), in the case's words where it has some;
 * memory bounded (the heavy cases: the client's allocations traced);
 * the protocol errors counted by reason (the metric's source).
