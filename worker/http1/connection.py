@@ -117,6 +117,9 @@ class Connection(asyncio.Protocol):
         self._max_head = max_head
         self._max_field = max_field
         self._max_fields = max_fields
+        # A head of at most this many bytes can break neither the field count nor the field
+        # size (a field line is 4 bytes at least): its fields are not looked at one by one.
+        self._check_from = min(max_field, 4 * max_fields)
         self._report = report  # (endpoint, reason) of a protocol error
         self.endpoint = ""  # whose request it carries (or last carried): the errors' topic
         self._parser = httptools.HttpResponseParser(self)
@@ -207,8 +210,14 @@ class Connection(asyncio.Protocol):
             else:
                 self._stray()  # bytes past a complete answer
         else:
-            if not self._headers_done and self._head_bytes > self._max_head:
-                self._refuse(HEAD_TOO_LARGE)
+            if not self._headers_done:  # (a head in pieces: all of this read was head)
+                if self._head_bytes > self._max_head:
+                    self._refuse(HEAD_TOO_LARGE)
+                elif self._head_bytes <= self._check_from:
+                    # its fields were not counted one by one: count its lines, less the
+                    # status line's in the head's first read (to within one: a field whose
+                    # line ends here is reported in the next read)
+                    self._fields += data.count(b"\n") - (self._head_bytes == len(data))
 
     def eof_received(self) -> bool | None:
         return None  # close: connection_lost decides what the answer was
@@ -228,15 +237,9 @@ class Connection(asyncio.Protocol):
             raise _Refused
 
     def on_header(self, name: bytes, value: bytes) -> None:
+        if self._head_bytes > self._check_from:  # (one compare, unless the head is long)
+            self._check_field(name, value)
         n = len(name)
-        self._fields += 1
-        if self._fields > self._max_fields:
-            self._refusal = TOO_MANY_HEADERS
-            raise _Refused
-        # (no field can be longer than the head read so far: one compare, unless it is long)
-        if self._head_bytes > self._max_field and max(n, len(value)) > self._max_field:
-            self._refusal = FIELD_TOO_LARGE
-            raise _Refused
         if n == 11:
             if name.lower() == b"retry-after":
                 self._retry_after = value
@@ -245,6 +248,15 @@ class Connection(asyncio.Protocol):
         elif n == 17 and name.lower() == b"transfer-encoding":
             # chunked last: the body ends itself; any other coding: read until the close
             self._framed = value.rstrip().lower().endswith(b"chunked")
+
+    def _check_field(self, name: bytes, value: bytes) -> None:
+        self._fields += 1
+        if self._fields > self._max_fields:
+            self._refusal = TOO_MANY_HEADERS
+            raise _Refused
+        if max(len(name), len(value)) > self._max_field:
+            self._refusal = FIELD_TOO_LARGE
+            raise _Refused
 
     def on_headers_complete(self) -> None:
         if self._waiter is None:  # (a second message is refused when it begins)

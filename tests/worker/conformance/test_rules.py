@@ -106,6 +106,24 @@ async def test_too_many_header_fields() -> None:
     assert w.reported == [("ns/acme/t", "too_many_headers")] and w.transport.aborted
 
 
+@pytest.mark.parametrize("read", [1, 3, 10, 1 << 16])
+async def test_fields_are_counted_however_the_head_is_read(read: int) -> None:
+    def head(fields: int) -> bytes:
+        lines = b"".join(b"X-%d: v\r\n" % i for i in range(fields - 1))
+        return b"HTTP/1.1 200 OK\r\n" + lines + b"Content-Length: 0\r\n\r\n"
+
+    for fields, allowed in ((7, True), (8, True), (9, False), (40, False)):
+        w = Watched(Limits(head_bytes=65536, field_bytes=8190, fields=8))
+        fut = w.send()
+        data = head(fields)
+        w.feed(*(data[i : i + read] for i in range(0, len(data), read)))
+        result = outcome(fut)
+        if allowed:
+            assert result == (200, None), (fields, result)
+        else:
+            assert isinstance(result, BadResponse) and result.reason == "too_many_headers"
+
+
 async def test_a_long_field_in_a_head_within_its_limit() -> None:
     w = Watched(Limits(head_bytes=65536, field_bytes=1000, fields=8))
     fut = w.send()
