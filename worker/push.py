@@ -18,7 +18,8 @@ public API allows:
   same read closes the connection when the answer is released (aiohttp's own check);
 * the head is bounded: each line and field (``max_response_field_bytes``), the field count
   (``max_response_headers``); a header name that is not a token (whitespace before the colon)
-  and a control character in the reason phrase are refused after aiohttp's parse.
+  is refused after aiohttp's parse. The reason phrase is ignored (RFC 9112 4), as the lean
+  client does.
 
 What aiohttp does not let us refuse (its C parser sets llhttp's lenient flags outside Python's
 development mode, with no option to turn them off): a bare LF as a line end. And a partial
@@ -76,7 +77,6 @@ URL_CACHE_SIZE = 4096  # parsed and checked URLs kept (a topic's jobs mostly sha
 FRESH_CONNECTION_TRIES = 3
 # Header names joined by "\n": a character that is not a token's (a space before the colon).
 _NAME_FORBIDDEN = re.compile(rb"[^!#$%&'*+\-.^_`|~0-9A-Za-z\n]")
-_REASON_FORBIDDEN = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class _StrayBytes(Exception):
@@ -301,13 +301,11 @@ def _close_delimited(response: aiohttp.ClientResponse) -> bool:
 
 def _check_head(response: aiohttp.ClientResponse) -> None:
     """Refuse what aiohttp's lenient parser let through: a header name that is not a token
-    (whitespace before the colon), a control character in the reason phrase."""
+    (whitespace before the colon)."""
     if response.raw_headers:
         names = b"\n".join(name for name, _ in response.raw_headers)
         if _NAME_FORBIDDEN.search(names):
             raise _Refused(MALFORMED, "invalid header token")
-    if response.reason and _REASON_FORBIDDEN.search(response.reason):
-        raise _Refused(MALFORMED, "a control character in the reason phrase")
 
 
 def _chain(error: BaseException) -> list[BaseException]:

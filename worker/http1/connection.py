@@ -2,6 +2,7 @@
 request and parses its response with ``httptools`` (llhttp, the parser of Node.js, strict:
 a bare LF, whitespace before a colon, a NUL, a bad or repeated ``Content-Length``, a bad chunk
 size, ``Transfer-Encoding`` with ``Content-Length``, a status line not ``HTTP/``... all fail).
+The reason phrase is ignored, whatever it holds (RFC 9112 4: a client should ignore it).
 
 States::
 
@@ -41,7 +42,6 @@ the future once.
 from __future__ import annotations
 
 import asyncio
-import re
 from collections.abc import Callable
 from typing import NamedTuple, cast
 
@@ -58,7 +58,6 @@ from worker.protocol_errors import (
 )
 
 Answer = tuple[int, bytes | None]  # status, raw Retry-After
-_REASON_FORBIDDEN = re.compile(rb"[\x00-\x08\x0a-\x1f\x7f]")
 
 
 class ConnectionLost(ConnectionError):
@@ -227,13 +226,6 @@ class Connection(asyncio.Protocol):
     def on_message_begin(self) -> None:
         if self._waiter is None:  # a second message after a complete one, in the same read
             self._refusal = STRAY
-            raise _Refused
-
-    def on_status(self, reason: bytes) -> None:
-        # llhttp takes any byte but CR and LF in the reason phrase; RFC 9112 allows HTAB, SP,
-        # VCHAR and obs-text only.
-        if _REASON_FORBIDDEN.search(reason) is not None:
-            self._refusal = MALFORMED
             raise _Refused
 
     def on_header(self, name: bytes, value: bytes) -> None:

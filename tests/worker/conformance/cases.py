@@ -324,7 +324,14 @@ FRAMING_AND_MALFORMED = [
     malformed(
         "nul-in-header-value", b"HTTP/1.1 200 OK\r\nX-A: a\x00b\r\nContent-Length: 0\r\n\r\n"
     ),
-    malformed("nul-in-status-line", b"HTTP/1.1 200 O\x00K\r\nContent-Length: 0\r\n\r\n"),
+    malformed("nul-in-status-code", b"HTTP/1.1 2\x0000 OK\r\nContent-Length: 0\r\n\r\n"),
+    malformed("nul-in-version", b"HTTP/1\x00.1 200 OK\r\nContent-Length: 0\r\n\r\n"),
+    # The reason phrase is ignored (RFC 9112 4: a client should), whatever it holds.
+    Case(
+        "nul-in-reason-phrase",
+        always([b"HTTP/1.1 200 O\x00K\x01\r\nContent-Length: 0\r\n\r\n"], True),
+        want="all",
+    ),
     malformed("negative-content-length", b"HTTP/1.1 200 OK\r\nContent-Length: -1\r\n\r\n"),
     malformed(
         "duplicate-content-length",
