@@ -66,6 +66,7 @@ from worker.metrics import WorkerMetrics
 from worker.outage import Outage
 from worker.outcomes import Outcomes
 from worker.ownership import Ownership
+from worker.protocol_errors import ProtocolErrorCollector, ProtocolErrors
 from worker.senders import SenderPool
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
@@ -118,6 +119,9 @@ class Worker:
         fetcher = self.fetcher
         self.metrics.watch(self.topics, lambda: fetcher.budget.used, lambda: fetcher.reads)
         self.metrics.registry.register(EndpointCollector(self.topics))
+        errors = getattr(pusher, "protocol_errors", None)  # (the two HTTP clients count them)
+        if isinstance(errors, ProtocolErrors):
+            self.metrics.registry.register(ProtocolErrorCollector(errors, self.topics))
         self.endpoint_board = endpoints  # where endpoint statuses go (worker.endpoint_report)
         self.joblog = JobLog(jobs, worker_id)  # job outcomes and group snapshots (job status)
         self.outcomes = Outcomes(

@@ -40,6 +40,12 @@ class WorkerSettings:
     connect_timeout_s: float = setting(5.0, greater_than(0))
     request_timeout_s: float = setting(10.0, greater_than(0))
     max_response_bytes: int = setting(64 * 1024, at_least(0))
+    # A response's head (status line, header fields, 1xx heads before it) is bounded: its bytes
+    # in all, each field's bytes (name or value; aiohttp's 8 KiB limit) and its field count
+    # (aiohttp's). Past one, the request fails as a protocol error (docs/design/push-client.md).
+    max_response_head_bytes: int = setting(64 * 1024, at_least(1024))
+    max_response_field_bytes: int = setting(8190, at_least(256))
+    max_response_headers: int = setting(128, at_least(1))
     # the push executor (worker.pushers): "lean" (asyncio protocols + httptools) or "aiohttp"
     http_client: str = setting("lean", matching("|".join(HTTP_CLIENTS), "lean or aiohttp"))
     # fetch about this many seconds of a group's quota ahead
@@ -67,6 +73,12 @@ class WorkerSettings:
             raise ConfigError(
                 f"EMQ_WORKER_MAX_IN_FLIGHT: must be at least EMQ_WORKER_SENDERS ({self.senders}),"
                 f" got {self.max_in_flight}"
+            )
+        if self.max_response_field_bytes > self.max_response_head_bytes:
+            raise ConfigError(
+                "EMQ_WORKER_MAX_RESPONSE_FIELD_BYTES: must be at most"
+                f" EMQ_WORKER_MAX_RESPONSE_HEAD_BYTES ({self.max_response_head_bytes}),"
+                f" got {self.max_response_field_bytes}"
             )
 
     def metrics_ports(self) -> range:

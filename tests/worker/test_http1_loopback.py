@@ -198,7 +198,7 @@ async def test_connection_close_is_honoured(pusher: LeanPusher) -> None:
     [
         (b"close", "ConnectionLost"),
         (b"reset", "ConnectionLost"),
-        (b"SMTP ready\r\n\r\n", "BadResponse"),
+        (b"SMTP ready\r\n\r\n", "protocol: not an HTTP/1.1 response"),
         (b"HTTP/1.1 200 OK\r\nContent-Length: 50\r\n\r\nshort", None),  # then it hangs
     ],
 )

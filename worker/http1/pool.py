@@ -28,8 +28,9 @@ import ipaddress
 import socket
 import ssl
 import time
+from collections.abc import Callable
 
-from worker.http1.connection import Connection
+from worker.http1.connection import DEFAULT_LIMITS, Connection, Limits, unreported
 from worker.http1.wire import Target
 from worker.ssrf import GuardedResolver
 
@@ -49,10 +50,14 @@ class Pool:
         resolver: GuardedResolver,
         max_body: int,
         ssl_context: ssl.SSLContext | None = None,
+        limits: Limits = DEFAULT_LIMITS,
+        report: Callable[[str, str], None] | None = None,
     ) -> None:
         self._resolver = resolver
         self._max_body = max_body
         self._ssl = ssl_context
+        self._limits = limits
+        self._report = report
         self._idle: dict[tuple[str, str, int], list[Connection]] = {}
         self._open: set[Connection] = set()
         self._dns: dict[tuple[str, int], tuple[float, list[Address]]] = {}
@@ -98,8 +103,11 @@ class Pool:
         loop = asyncio.get_running_loop()
         tls = self._tls() if target.tls else None
         key = target.key
+        limits, report = self._limits, self._report or unreported
         _, conn = await loop.create_connection(
-            lambda: Connection(loop, key, self._release, self._open.discard, self._max_body),
+            lambda: Connection(
+                loop, key, self._release, self._open.discard, self._max_body, *limits, report
+            ),
             address,
             target.port,
             family=family,

@@ -36,10 +36,11 @@ import time
 
 from emq.core.errors import DeliveryError
 from emq.core.interfaces import NotSent, Pusher, PushRequest, PushResult
-from worker.http1.connection import BadResponse, ConnectionLost
+from worker.http1.connection import BadResponse, ConnectionLost, Limits
 from worker.http1.deadlines import Deadlines
 from worker.http1.pool import SWEEP_S, Pool
 from worker.http1.wire import TARGET_CACHE_SIZE, Target, request_bytes, target_of
+from worker.protocol_errors import ProtocolErrors
 from worker.push import parse_retry_after
 from worker.settings import WorkerSettings
 from worker.ssrf import AddressPolicy, GuardedResolver
@@ -64,6 +65,12 @@ class LeanPusher(Pusher):
         self._total_s = settings.request_timeout_s
         self._connect_s = min(settings.connect_timeout_s, settings.request_timeout_s)
         self._max_body = settings.max_response_bytes
+        self._limits = Limits(
+            settings.max_response_head_bytes,
+            settings.max_response_field_bytes,
+            settings.max_response_headers,
+        )
+        self.protocol_errors = ProtocolErrors()  # (worker.protocol_errors: the metric)
         self._ssl = ssl_context
         self._pool: Pool | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -75,7 +82,13 @@ class LeanPusher(Pusher):
         if self._pool is not None:
             return
         self._loop = asyncio.get_running_loop()
-        self._pool = Pool(GuardedResolver(self._policy), self._max_body, self._ssl)
+        self._pool = Pool(
+            GuardedResolver(self._policy),
+            self._max_body,
+            self._ssl,
+            self._limits,
+            self.protocol_errors.count,
+        )
         self._deadlines = Deadlines(self._loop)
         self._sweeper = self._loop.call_later(SWEEP_S, self._sweep)
 
@@ -136,6 +149,7 @@ class LeanPusher(Pusher):
                     raise NotSent
                 answer = conn.send(data, request.method == "HEAD")
                 sent_at = time.time()
+                conn.endpoint = request.endpoint
                 # sent later than the requests queued since: out of the queue's order
                 loop.call_at(deadline, conn.expire, conn.sent)
             else:
@@ -145,6 +159,7 @@ class LeanPusher(Pusher):
                     raise NotSent
                 answer = conn.send(data, request.method == "HEAD")
                 sent_at = time.time()
+                conn.endpoint = request.endpoint
                 deadlines.add(deadline, conn)
             if sent_at - asked_at > self.write_margin_s and request.written is not None:
                 request.written(sent_at)  # (exact_writes: told before anything else runs)
@@ -153,7 +168,9 @@ class LeanPusher(Pusher):
             raise
         except TimeoutError:
             return PushResult(0, time.perf_counter() - start, error="timed out", sent_at=sent_at)
-        except (ConnectionLost, BadResponse) as e:
+        except BadResponse as e:  # "protocol: ..." (worker.protocol_errors)
+            return PushResult(0, time.perf_counter() - start, error=str(e), sent_at=sent_at)
+        except ConnectionLost as e:
             error = f"{type(e).__name__}: {e}"
             return PushResult(0, time.perf_counter() - start, error=error, sent_at=sent_at)
         except OSError as e:  # could not connect: refused, unreachable, unresolvable, TLS
