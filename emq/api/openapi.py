@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, plan_answers, replay, ui
+from emq.api import answers, events_doc, plan_answers, replay, ui
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
@@ -270,6 +270,8 @@ ROUTES = (
     Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
 )
 
+ROUTES += events_doc.routes(Route)  # subscriptions and events (emq.api.events_doc)
+
 
 # The console's routes (emq.api.ui) answer files, not JSON: their content types.
 _CONSOLE_TYPES: dict[str, tuple[str, ...]] = {
@@ -327,6 +329,7 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
     if "{replay}" in route.path:
         replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})
+    params += events_doc.path_parameters(route.path)
     if "{name}" in route.path:
         schema_ = {"type": "string", "enum": sorted(ui.FILES)}
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})
