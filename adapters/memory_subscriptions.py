@@ -62,6 +62,9 @@ class MemorySubscriptionStore(SubscriptionStore):
             self._snapshots[ref] = snap
         return snap
 
+    def cached(self, ref: TopicRef) -> Snapshot | None:
+        return self._snapshots.get(ref)
+
     async def record_events(self, ref: TopicRef, records: Sequence[EventRecord]) -> None:
         for r in records:
             known = self._events.get((ref, r.id))

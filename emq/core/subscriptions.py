@@ -231,6 +231,20 @@ class SubscriptionStore(abc.ABC):
         """The topic's subscriptions as of now: a change stored before this call returns is in
         it (an event is matched against this, so a change applies to events accepted after)."""
 
+    def cached(self, ref: TopicRef) -> Snapshot | None:
+        """The last snapshot this store read of the topic, if any (no I/O; maybe stale)."""
+        return None
+
+    async def record_if_current(
+        self, ref: TopicRef, version: int, records: Sequence[EventRecord]
+    ) -> bool:
+        """Write ``records`` and say whether the topic's subscriptions are still at
+        ``version`` (as :meth:`snapshot` would read it now). Records written for a version that
+        is no longer current are left to expire (their event ids are never given out)."""
+        current = (await self.snapshot(ref)).version == version
+        await self.record_events(ref, records)
+        return current
+
     @abc.abstractmethod
     async def record_events(self, ref: TopicRef, records: Sequence[EventRecord]) -> None:
         """Remember each event's deliveries (for a retention); a repeat adds to what is known."""

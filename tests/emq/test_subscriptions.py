@@ -105,6 +105,9 @@ async def test_one_job_per_enabled_matching_subscription_in_one_put() -> None:
     assert (published.deliveries, published.duplicates) == (2, 0)
     assert len(queues.puts) == 1 and len(queues.puts[0]) == 2
     envelopes = [orjson.loads(item.payload) for item in queues.puts[0]]
+    for item, env in zip(queues.puts[0], envelopes, strict=True):  # the id first: job status
+        assert item.payload.startswith(b'{"id":"%s"' % item.job_id.encode())
+        assert set(env) == {"id", "t", "s", "job"} and env["t"] == 1_700_000_000_500
     assert [e["s"] for e in envelopes] == [subs[0].signer, subs[1].signer]
     for env, sub in zip(envelopes, subs, strict=False):
         delivery = Delivery.from_dict(env)
@@ -163,6 +166,7 @@ async def test_key_orders_per_subscription_and_idempotency_repeats_store_nothing
     for item, sub in zip(queues.puts[0], subs, strict=True):
         job = orjson.loads(item.payload)["job"]
         assert job["key"] == f"{sub.id}:cust-9" and job["priority"] == "high"
+        assert job["idempotency_key"] == item.idempotency_key == f"{first.event_id}:{sub.id}"
         place = job_place(item.job_id)
         assert place is not None and place.group_index == jump_hash(job["key"], 7)
     assert len({item.job_id for item in queues.puts[0]}) == 5  # webhook-id: one per subscription
