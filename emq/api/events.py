@@ -42,7 +42,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NotRequired
 
 import orjson
 from aiohttp import web
@@ -115,6 +115,16 @@ class EventAccepted(TypedDict):
 
 class EventsAccepted(TypedDict):
     events: list[EventAccepted]
+
+
+class EventsAnswer(TypedDict):
+    """One event: its ``event_id``, ``deliveries`` and ``duplicates``; a batch: ``events``,
+    one of those per event, in order."""
+
+    event_id: NotRequired[str]
+    deliveries: NotRequired[int]
+    duplicates: NotRequired[int]
+    events: NotRequired[list[EventAccepted]]
 
 
 class DeliveryState(TypedDict):

@@ -33,7 +33,7 @@ def routes(route: Any) -> tuple[Any, ...]:
             "subscriptions per topic)",
             "tenant",
             (201, "the subscription, with its secret", sub),
-            (*_BODY_ERRORS, 409),
+            (*_BODY_ERRORS, 409, 413),
             SubscriptionIn,
             ns,
         ),
@@ -52,13 +52,14 @@ def routes(route: Any) -> tuple[Any, ...]:
             "accepted after",
             "tenant",
             (200, "the subscription", sub),
-            (*_BODY_ERRORS, 409),
+            (*_BODY_ERRORS, 409, 413),
             SubscriptionPatch,
             ns,
         ),
         route(
-            "delete", one, "Delete a subscription (deliveries already made stay)", "tenant",
-            (204, "deleted", None), (422, 503), query=ns,
+            "delete", one, "Delete a subscription (deliveries already made stay); a repeat "
+            "answers deleted: false", "tenant",
+            (200, "deleted", subscriptions.Deleted), (422, 503), query=ns,
         ),
         route(
             "post",
@@ -76,7 +77,7 @@ def routes(route: Any) -> tuple[Any, ...]:
             "Publish one event or a batch: one delivery job per enabled subscription whose "
             "patterns match its type, all stored together (202; 0 deliveries when none matches)",
             "tenant",
-            (202, "accepted", events.EventAccepted),
+            (202, "accepted", events.EventsAnswer),
             (*_BODY_ERRORS, 413, 429),
             {"oneOf": [EventIn, EventBatchIn]},
             ns,

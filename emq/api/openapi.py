@@ -288,6 +288,9 @@ def _ref(model: type[Any]) -> dict[str, str]:
 def _models() -> list[tuple[type[Any], Literal["validation", "serialization"]]]:
     models = (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)
     models += tuple(r.body for r in ROUTES if isinstance(r.body, type) and r.body not in models)
+    for r in ROUTES:  # the models of a {"oneOf": [...]} body
+        if isinstance(r.body, dict):
+            models += tuple(m for ms in r.body.values() for m in ms if m not in models)
     models += tuple(r.query for r in ROUTES if r.query is not None and r.query not in models)
     requests = [(m, "validation") for m in models]
     replies = [(r.answer[2], "serialization") for r in ROUTES if r.answer[2] is not None]

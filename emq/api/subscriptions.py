@@ -58,6 +58,11 @@ class SubscriptionView(TypedDict):
     ]
 
 
+class Deleted(TypedDict):
+    id: str
+    deleted: Annotated[bool, Field(description="false: there was none by that id (a repeat)")]
+
+
 class Subscriptions(TypedDict):
     subscriptions: list[SubscriptionView]
     limit: Annotated[int, Field(description="the most subscriptions a topic may have")]
@@ -170,8 +175,12 @@ class SubscriptionRoutes:
 
     async def delete(self, request: web.Request) -> web.Response:
         topic = await self._topic(request)
-        await self.store.delete(topic.ref, self._sub_id(request))
-        return web.Response(status=204)
+        sub_id = request.match_info["subscription"]
+        try:
+            await self.store.delete(topic.ref, self._sub_id(request))
+        except NotFound:  # deleting is idempotent: "deleted" says whether this call removed it
+            return web.json_response(Deleted(id=sub_id, deleted=False))
+        return web.json_response(Deleted(id=sub_id, deleted=True))
 
     async def rotate(self, request: web.Request) -> web.Response:
         topic = await self._topic(request)

@@ -117,11 +117,13 @@ def cmd_update(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def cmd_delete(args: argparse.Namespace, settings: Settings) -> int:
-    run(args, settings, lambda c: c.delete_subscription(args.tenant, args.topic, args.id))
+    body = run(args, settings, lambda c: c.delete_subscription(args.tenant, args.topic, args.id))
     if args.json:
-        print_json({"deleted": args.id})
-    else:
+        print_json(body)
+    elif body["deleted"]:
         print(f"subscription {args.id} deleted (events accepted before keep their deliveries)")
+    else:
+        print(f"no subscription {args.id}: nothing deleted")
     return 0
 
 

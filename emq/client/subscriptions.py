@@ -75,9 +75,10 @@ class SubscriptionMethods(_Base):
 
     async def delete_subscription(
         self, tenant: str, topic: str, subscription_id: str, *, namespace: str | None = None
-    ) -> None:
+    ) -> dict[str, Any]:
+        """``{"id", "deleted"}``: deleted is false when there was none by that id."""
         path = self._topic_path(tenant, topic, "subscriptions", subscription_id)
-        await self.request("DELETE", path, query=self._topic_query(namespace))
+        return await self._object("DELETE", path, query=self._topic_query(namespace))
 
     async def rotate_subscription_secret(
         self, tenant: str, topic: str, subscription_id: str, *, namespace: str | None = None

@@ -67,7 +67,9 @@ async def test_crud_by_tenant_and_admin_and_the_secret_is_shown_once(api: Api) -
     rotated = await r.json()
     assert r.status == 200 and rotated["secret"] not in (made["secret"], None)
     r = await api.client.delete(f"{SUBS}/{made['id']}", headers=tenant)
-    assert r.status == 204
+    assert r.status == 200 and await r.json() == {"id": made["id"], "deleted": True}
+    r = await api.client.delete(f"{SUBS}/{made['id']}", headers=tenant)
+    assert r.status == 200 and (await r.json())["deleted"] is False  # a repeat changes nothing
     r = await api.client.get(f"{SUBS}/{made['id']}", headers=tenant)
     assert r.status == 404
     other = await api.tenant("other")

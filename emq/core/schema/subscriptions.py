@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any
 
-from pydantic import Field, model_validator
+from pydantic import ConfigDict, Field, model_validator
+from pydantic_core import PydanticCustomError
 
 from emq.core.job import RESERVED_HEADERS
 from emq.core.schema.common import (
@@ -73,19 +74,32 @@ class SubscriptionIn(Body):
     enabled: bool = True
 
 
+def _patch_schema(schema: dict[str, Any]) -> None:
+    """A PATCH field's absence means "unchanged", not a default value; one field at least."""
+    for prop in schema.get("properties", {}).values():
+        prop.pop("default", None)
+    schema["minProperties"] = 1
+
+
 class SubscriptionPatch(Body):
     """Change a subscription (at least one field); it applies to events accepted after."""
+
+    model_config = ConfigDict(json_schema_extra=_patch_schema)
 
     url: Url | None = None
     event_types: Patterns | None = None
     headers: Headers | None = None
     enabled: bool | None = None
 
-    @model_validator(mode="after")
-    def _some(self) -> SubscriptionPatch:
-        if not self.model_fields_set:
-            raise ValueError("give at least one of url, event_types, headers, enabled")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _one_field_at_least(cls, data: object) -> object:
+        if isinstance(data, dict) and not data:
+            raise PydanticCustomError(
+                "nothing_to_change", "nothing to change; give one of url, event_types, "
+                "headers, enabled"
+            )  # fmt: skip
+        return data
 
 
 class EventIn(Body):
