@@ -18,6 +18,7 @@ from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
+from adapters.redis_subscriptions import RedisSubscriptionStore
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.routes import RouteWatch
@@ -187,6 +188,14 @@ def open_replays(settings: Settings) -> RedisReplayStore:
     """DLQ replays and their progress (issue 16)."""
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisReplayStore(_own_redis(settings), keys, owns_client=True)
+
+
+def open_subscriptions(settings: Settings) -> RedisSubscriptionStore:
+    """Topics' subscriptions and their events' records (issue 28; records kept an hour at
+    least, and as long as job records)."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    ttl_s = max(3600, settings.job_record_ttl_s)
+    return RedisSubscriptionStore(_own_redis(settings), keys, event_ttl_s=ttl_s, owns_client=True)
 
 
 def open_demand(settings: Settings) -> RedisDemandBoard:

@@ -92,7 +92,7 @@ class Outcomes:
         wait = policy.backoff_s(attempts, self._rand())
         if result.status in RETRY_AFTER_STATUSES and result.retry_after_s is not None:
             wait = result.retry_after_s
-        again = Envelope(env.id, env.job, env.enqueued_ms, attempts)
+        again = Envelope(env.id, env.job, env.enqueued_ms, attempts, env.signer)
         due = int((time.time() + wait) * 1000)
         group.topic.stats.retried += 1
         honoured = wait == result.retry_after_s and result.status in RETRY_AFTER_STATUSES

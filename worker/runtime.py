@@ -42,6 +42,7 @@ from emq.core.interfaces import (
 )
 from emq.core.jobs import JobStore
 from emq.core.model import Namespace, Topic, TopicRef
+from emq.core.subscriptions import subscription_secret
 from emq.core.supervision import start_supervised
 from worker import reenable
 from worker.committer import Committer
@@ -424,6 +425,8 @@ class Worker:
         job = item.delivery
         state = group.topic
         secret = state.topic.secret
+        if job.signer is not None and secret:  # an event's delivery: its subscription's secret
+            secret = subscription_secret(secret, job.signer)
         if secret:
             body = job.body if job.body is not None else ""
             headers = job.headers | signature_headers(secret, job.id, now, body)

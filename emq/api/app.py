@@ -14,6 +14,10 @@ GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
 GET        /v1/topics (every visible topic, live numbers)     tenant or admin
+POST/GET   .../topics/{topic}/subscriptions[/{id}] (PATCH,    tenant or admin
+           DELETE, POST .../rotate-secret: emq.api.subscriptions)
+POST       .../topics/{topic}/events, GET .../events/{id}     tenant or admin
+           (one delivery job per matching subscription: emq.api.events)
 POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
 GET        /v1/plans/latest (its figures, the dry-run diff)   admin
 GET        /ui (the web console's static files, emq.api.ui)   anyone
@@ -41,7 +45,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
-from emq.api import answers, jsonbody, plans, replay, ui
+from emq.api import answers, events, jsonbody, plans, replay, subscriptions, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -85,6 +89,7 @@ from emq.core.outbound import check_text
 from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
+from emq.core.subscriptions import SubscriptionStore
 
 PROCESS_HEADER = "X-EMQ-Pid"  # on /healthz: the pid of the API process that answered
 
@@ -433,6 +438,7 @@ def make_app(
     replays: ReplayStore | None = None,
     endpoints: EndpointBoard | None = None,
     plan_store: PlanStore | None = None,
+    subscription_store: SubscriptionStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -469,4 +475,6 @@ def make_app(
     ui.add_routes(app, handlers)
     replay.add_routes(app, handlers, replays)
     plans.add_routes(app, handlers, plan_store)
+    subscriptions.add_routes(app, handlers, subscription_store)
+    events.add_routes(app, handlers, subscription_store, CoalescedPuts(queues))
     return app

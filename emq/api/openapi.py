@@ -19,7 +19,7 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, plan_answers, replay, ui
+from emq.api import answers, events_doc, plan_answers, replay, ui
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
@@ -270,6 +270,8 @@ ROUTES = (
     Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
 )
 
+ROUTES += events_doc.routes(Route)  # subscriptions and events (emq.api.events_doc)
+
 
 # The console's routes (emq.api.ui) answer files, not JSON: their content types.
 _CONSOLE_TYPES: dict[str, tuple[str, ...]] = {
@@ -286,6 +288,9 @@ def _ref(model: type[Any]) -> dict[str, str]:
 def _models() -> list[tuple[type[Any], Literal["validation", "serialization"]]]:
     models = (*schema.REQUEST_MODELS, *schema.QUERY_MODELS)
     models += tuple(r.body for r in ROUTES if isinstance(r.body, type) and r.body not in models)
+    for r in ROUTES:  # the models of a {"oneOf": [...]} body
+        if isinstance(r.body, dict):
+            models += tuple(m for ms in r.body.values() for m in ms if m not in models)
     models += tuple(r.query for r in ROUTES if r.query is not None and r.query not in models)
     requests = [(m, "validation") for m in models]
     replies = [(r.answer[2], "serialization") for r in ROUTES if r.answer[2] is not None]
@@ -327,6 +332,7 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
     if "{replay}" in route.path:
         replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})
+    params += events_doc.path_parameters(route.path)
     if "{name}" in route.path:
         schema_ = {"type": "string", "enum": sorted(ui.FILES)}
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})

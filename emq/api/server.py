@@ -43,6 +43,7 @@ from emq.compose import (
     open_queues,
     open_replays,
     open_signal_routes,
+    open_subscriptions,
 )
 from emq.core.errors import ConfigError
 from emq.core.settings import Settings
@@ -170,6 +171,7 @@ async def serve(
     replays = open_replays(settings)
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
+    subscriptions = open_subscriptions(settings)
     app = make_app(
         settings,
         api,
@@ -181,6 +183,7 @@ async def serve(
         replays=replays,
         endpoints=board,
         plan_store=plans,
+        subscription_store=subscriptions,
     )
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
@@ -210,6 +213,7 @@ async def serve(
     finally:
         await runner.cleanup()
         await plans.aclose()
+        await subscriptions.aclose()
         await fleet.aclose()
         await replays.aclose()
         await jobs.aclose()

@@ -140,6 +140,11 @@ class Rig:
         assert self._config is not None
         return self._config
 
+    @property
+    def sink(self) -> SinkProcess:
+        """The recording sink process (``GET /_stats``, ``/_log``)."""
+        return self._sink
+
     def ref(self, name: str) -> TopicRef:
         return TopicRef(Namespace.ONLINE, TENANT, name)
 

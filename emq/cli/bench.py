@@ -51,6 +51,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = endpoints.run(args.duration_s or 30.0)
         print(json.dumps(doc, indent=2) if args.json else endpoints.summary(doc))
         return 0 if doc["pass"] else 1
+    if args.name == "fanout":  # issue 28: events to 10 and 100 subscriptions (emq.bench.fanout)
+        from emq.bench import fanout
+
+        doc = fanout.run()
+        print(json.dumps(doc, indent=2) if args.json else fanout.summary(doc))
+        return 0
     if args.name == "peers":  # issue 14: EMQ against BullMQ (emq.bench.peers)
         from emq.bench import peers
 
@@ -174,6 +180,7 @@ def add_commands(sub: Subparsers) -> None:
             "peers",
             "tenant-quota",
             "signals",
+            "fanout",
             "all",
         ],
     )

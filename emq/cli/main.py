@@ -25,6 +25,7 @@ from emq.cli import (
     fleet,
     jobs,
     services,
+    subscriptions,
     tenants,
     topics,
     zk,
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_commands(sub)
     dlq.add_commands(sub)
     jobs.add_commands(sub)
+    subscriptions.add_commands(sub)
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)

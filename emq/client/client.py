@@ -19,6 +19,7 @@ import aiohttp
 from emq.client.backoff import DEFAULT_RETRY_FOR_S, Backoff
 from emq.client.errors import ApiError, error_from_response
 from emq.client.producer import DEFAULT_IN_FLIGHT, DEFAULT_LINGER_S, MAX_BATCH_JOBS, Producer
+from emq.client.subscriptions import SubscriptionMethods
 from emq.core import errors
 
 JSON_TYPE = "application/json"
@@ -32,7 +33,7 @@ def _batches(jobs: Sequence[object], size: int) -> list[Sequence[object]]:
     return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
-class Client:
+class Client(SubscriptionMethods):
     """One tenant's (or the admin's) connection to the EMQ API.
 
     One ``aiohttp.ClientSession`` per client, created on first use; pass ``session`` to share

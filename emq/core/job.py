@@ -232,6 +232,7 @@ class Delivery(NamedTuple):
     headers: dict[str, str]
     body: str | None
     attempt: int
+    signer: str | None = None  # an event's delivery: whose secret signs it (emq.core.subscriptions)
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Delivery:
@@ -243,6 +244,7 @@ class Delivery(NamedTuple):
             j.get("headers", {}),
             j.get("body"),
             d.get("a", 0),
+            d.get("s"),
         )
 
 
@@ -261,11 +263,14 @@ class Envelope:
     job: Job
     enqueued_ms: int
     attempt: int = 0
+    signer: str | None = None  # ``s``: the subscription whose secret signs it (an event's)
 
     def encode(self) -> bytes:
         d = {"id": self.id, "t": self.enqueued_ms, "job": self.job.to_dict()}
         if self.attempt:
             d["a"] = self.attempt
+        if self.signer is not None:
+            d["s"] = self.signer
         return json.dumps(d, separators=(",", ":"), ensure_ascii=False).encode()
 
     @classmethod
@@ -286,4 +291,4 @@ class Envelope:
             j.get("idempotency_key"),
             j.get("delay_s", 0.0),
         )
-        return cls(d["id"], job, d["t"], d.get("a", 0))
+        return cls(d["id"], job, d["t"], d.get("a", 0), d.get("s"))

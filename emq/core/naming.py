@@ -151,6 +151,25 @@ class RedisKeys:
         """The latest capacity plans, newest first (a list trimmed to EMQ_API_PLANS_KEPT)."""
         return f"{self.prefix}:plans"
 
+    # Subscriptions (emq.core.subscriptions): a topic's subscriptions, their version and its
+    # events' records share the topic's hash tag, so one MULTI covers a change and its version.
+
+    def _topic_tag(self, topic: TopicRef) -> str:
+        parts = (topic.namespace.value, topic.tenant, topic.topic)
+        return "{" + ":".join(escape(p) for p in parts) + "}"
+
+    def subscriptions(self, topic: TopicRef) -> str:
+        """Hash: subscription id -> the subscription as JSON."""
+        return f"{self.prefix}:subs:{self._topic_tag(topic)}"
+
+    def subscriptions_version(self, topic: TopicRef) -> str:
+        """Counter bumped by every change of the topic's subscriptions."""
+        return f"{self.prefix}:subs:{self._topic_tag(topic)}:v"
+
+    def event(self, topic: TopicRef, event_id: str) -> str:
+        """Hash: an event's type, acceptance time, and subscription id -> delivery job id."""
+        return f"{self.prefix}:evt:{self._topic_tag(topic)}:{escape(event_id)}"
+
     def history_log(self) -> str:
         """The capped stream of traffic-history rows (every topic, every source)."""
         return f"{self.prefix}:history"

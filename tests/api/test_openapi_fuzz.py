@@ -29,6 +29,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_subscriptions,
 )
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
@@ -51,6 +52,14 @@ TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "DELETE /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}/cancel",
+    "POST /v1/tenants/{tenant}/topics/{topic}/subscriptions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/subscriptions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/subscriptions/{subscription}",
+    "PATCH /v1/tenants/{tenant}/topics/{topic}/subscriptions/{subscription}",
+    "DELETE /v1/tenants/{tenant}/topics/{topic}/subscriptions/{subscription}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/subscriptions/{subscription}/rotate-secret",
+    "POST /v1/tenants/{tenant}/topics/{topic}/events",
+    "GET /v1/tenants/{tenant}/topics/{topic}/events/{event}",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -79,6 +88,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     jobs = open_jobs(settings)
     replays = open_replays(settings)
     plans = open_plans(settings)
+    subscriptions = open_subscriptions(settings)
     app = make_app(
         settings,
         ApiSettings(),
@@ -89,6 +99,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         jobs,
         replays=replays,
         plan_store=plans,
+        subscription_store=subscriptions,
     )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
@@ -98,6 +109,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     finally:
         await runner.cleanup()
         await replays.aclose()
+        await subscriptions.aclose()
         await plans.aclose()
         await jobs.aclose()
         await fleet.aclose()
@@ -106,7 +118,9 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         await queues.aclose()
 
 
-def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: str) -> str:
+def config_toml(
+    admin: str, tenant: str, examples: int, job_id: str, replay_id: str, ids: dict[str, str]
+) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
     rejections = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "429"]
@@ -134,9 +148,19 @@ def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: 
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
+            + "".join(f', {k} = "{v}"' for k, v in _path_ids(name, ids).items())
             + " }",
         ]
     return "\n".join(lines) + "\n"
+
+
+def _path_ids(name: str, ids: dict[str, str]) -> dict[str, str]:
+    """The ids of ``name``'s path parameters: ``ids["<param> <METHOD>"]`` for that method
+    (the subscription the fuzzer deletes is not the one the other routes use), else
+    ``ids["<param>"]``."""
+    method = name.split()[0]
+    wanted = [k for k in ids if " " not in k and f"{{{k}}}" in name]
+    return {k: ids.get(f"{k} {method}", ids[k]) for k in wanted}
 
 
 async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, str]:
@@ -190,8 +214,27 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 201, await r.text()
         replay_id = (await r.json())["id"]
+        tenant = {"Authorization": f"Bearer {token}"}
+        r = await http.post(  # a subscription and an event the fuzzer shows and changes
+            f"{live_api}/v1/tenants/fuzz/topics/orders/subscriptions",
+            json={"url": "http://127.0.0.1:9/x", "event_types": ["*"]},
+            headers=tenant,
+        )
+        assert r.status == 201, await r.text()
+        ids = {"subscription": (await r.json())["id"]}
+        r = await http.post(  # one the fuzzer deletes (the other stays for the other routes)
+            f"{live_api}/v1/tenants/fuzz/topics/orders/subscriptions",
+            json={"url": "http://127.0.0.1:9/x", "event_types": ["*"]},
+            headers=tenant,
+        )
+        ids["subscription DELETE"] = (await r.json())["id"]
+        r = await http.post(
+            f"{live_api}/v1/tenants/fuzz/topics/orders/events", json={"type": "a"}, headers=tenant
+        )
+        assert r.status == 202, await r.text()
+        ids["event"] = (await r.json())["event_id"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id))
+    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, ids))
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out

@@ -33,6 +33,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_subscriptions,
 )
 from emq.core.settings import Settings
 from tests.worker.conftest import sink, worker_process
@@ -113,6 +114,7 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     replays = open_replays(settings)
     plans = open_plans(settings)
     board = open_endpoint_board(settings)  # what workers see of endpoints (issue 16)
+    subscriptions = open_subscriptions(settings)  # events and subscriptions (issue 28)
     app = make_app(
         settings,
         ApiSettings(history_interval_s=1),
@@ -124,12 +126,14 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
         replays=replays,
         endpoints=board,
         plan_store=plans,
+        subscription_store=subscriptions,
     )
     client = TestClient(TestServer(app, host="127.0.0.1"))
     await client.start_server()
     yield Console(client, str(client.make_url("")).rstrip("/"))
     await client.close()
     await replays.aclose()
+    await subscriptions.aclose()
     await board.aclose()
     await plans.aclose()
     await jobs.aclose()
