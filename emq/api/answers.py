@@ -113,6 +113,7 @@ class TopicView(TypedDict):
     endpoints: EndpointsView
     weight: NotRequired[int]
     burst: NotRequired[int]
+    transaction_default: NotRequired[str]
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]

@@ -43,6 +43,7 @@ from emq.compose import (
     open_queues,
     open_replays,
     open_signal_routes,
+    open_transactions,
 )
 from emq.core.errors import ConfigError
 from emq.core.settings import Settings
@@ -168,6 +169,7 @@ async def serve(
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
+    transaction_store = open_transactions(settings)
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
     app = make_app(
@@ -181,6 +183,7 @@ async def serve(
         replays=replays,
         endpoints=board,
         plan_store=plans,
+        transaction_store=transaction_store,
     )
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
@@ -212,6 +215,7 @@ async def serve(
         await plans.aclose()
         await fleet.aclose()
         await replays.aclose()
+        await transaction_store.aclose()
         await jobs.aclose()
         await board.aclose()
         await history.aclose()

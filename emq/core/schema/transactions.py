@@ -1,0 +1,29 @@
+"""The API's request bodies and query parameters for transactions (emq.core.transactions)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from emq.core.schema.common import IntegralBody
+from emq.core.schema.queries import NamespaceQuery
+from emq.core.transactions import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, TRANSACTION_ID_PATTERN
+
+
+class TransactionIn(IntegralBody):
+    """A new transaction: where EMQ asks for the decision if it is still open after
+    ``timeout_s`` seconds."""
+
+    check_url: Annotated[str, Field(min_length=1, max_length=2048)]
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_S)] = DEFAULT_TIMEOUT_S
+
+
+class TransactionsQuery(NamespaceQuery):
+    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+
+
+class EnqueueQuery(NamespaceQuery):
+    """``POST .../jobs?transaction_id=...``: the jobs are prepared in that transaction."""
+
+    transaction_id: Annotated[str, Field(pattern=TRANSACTION_ID_PATTERN)]
