@@ -57,8 +57,8 @@ class MemoryTransactionStore(TransactionStore):
             raise NotFound(f"no transaction {tx_id} in topic {topic}")
         return tx
 
-    def _log(self, tx: Transaction, event: str, detail: str, **changes: object) -> Transaction:
-        entry = LogEntry(self._now_ms(), event, detail)
+    def _log(self, tx: Transaction, event: str, said: str, **changes: object) -> Transaction:
+        entry = LogEntry(self._now_ms(), event, said)
         new = dataclasses.replace(tx, log=(*tx.log, entry)[-LOG_MAX:], **changes)  # type: ignore[arg-type]
         self._txs[(tx.topic, tx.id)] = new
         return new

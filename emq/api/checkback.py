@@ -42,7 +42,7 @@ import ipaddress
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Protocol
 
 import aiohttp
@@ -148,12 +148,17 @@ class TransactionRunner:
         asker: Asker,
         *,
         interval_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
+        self._clock = clock
         self._store = store
         self._config = config
         self._policy = policy
         self._asker = asker
         self._interval_s = interval_s
+
+    def _now_ms(self) -> int:
+        return int(self._clock() * 1000)
 
     async def run(self) -> None:
         while True:
@@ -168,7 +173,7 @@ class TransactionRunner:
             await asyncio.sleep(self._interval_s)
 
     async def tick(self) -> None:
-        now = _now_ms()
+        now = self._now_ms()
         for topic in await self._store.due_topics(now, TOPICS_PER_TICK):
             claim = await self._store.claim_topic(topic, now, TOPIC_LEASE_MS)
             if claim is None:
@@ -176,9 +181,9 @@ class TransactionRunner:
             try:
                 await self._work(topic, now)
             finally:
-                _, releasing, later = await self._store.pending(topic, _now_ms())
+                _, releasing, later = await self._store.pending(topic, self._now_ms())
                 if releasing:  # a release cut short: again next tick
-                    later = _now_ms() + int(self._interval_s * 1000)
+                    later = self._now_ms() + int(self._interval_s * 1000)
                 await self._store.settle_topic(claim, later)
 
     async def _work(self, topic: TopicRef, now: int) -> None:
@@ -210,7 +215,8 @@ class TransactionRunner:
             said = f"{heard}; {tx.checks} checks without a decision"
             await self._decide(ref, tx_id, default, Source.DEFAULT, said)
             return
-        await self._store.note_check(ref, tx_id, _now_ms() + delay, f"check {tx.checks}: {heard}")
+        said = f"check {tx.checks}: {heard}"
+        await self._store.note_check(ref, tx_id, self._now_ms() + delay, said)
 
     async def _decide(
         self, ref: TopicRef, tx_id: str, state: TxState, source: Source, detail: str
@@ -221,10 +227,6 @@ class TransactionRunner:
                      source.value, detail)  # fmt: skip
         if tx.state is TxState.COMMITTED and not tx.released:
             await self._store.release(ref, tx_id)
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)
 
 
 def runner_context(runner: TransactionRunner, asker: CheckBackAsker):  # type: ignore[no-untyped-def]

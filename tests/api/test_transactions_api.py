@@ -231,7 +231,7 @@ async def test_check_back_decides_signed_with_backoff_and_default(
     async with asyncio.timeout(5):
         while await txapi.backlog() != 1:  # the committed one's job, released
             await asyncio.sleep(0.05)
-    path, headers, body = next(s for s in receiver.seen if s[0] == "/yes")
+    _, headers, body = next(s for s in receiver.seen if s[0] == "/yes")
     signed = Webhook(txapi.secret).verify(body, headers)  # Standard Webhooks, topic's secret
     assert signed["transaction_id"] == yes["transaction_id"]
 
@@ -252,8 +252,6 @@ async def test_commit_racing_the_check_back_is_decided_once(
     whichever is stored first is the decision, the other gets it, and the jobs are in their
     queues exactly when the decision is commit."""
     c, h = txapi.client, txapi.tenant
-    gate = asyncio.Event()
-
     receiver.answers["/slow"] = {"decision": "rollback"}
     tx = await txapi.open(receiver.url + "/slow", timeout_s=1)
     r = await c.post(f"{T}/transactions/{tx['transaction_id']}/jobs", json={"jobs": [JOB] * 4},
@@ -262,9 +260,9 @@ async def test_commit_racing_the_check_back_is_decided_once(
     async with asyncio.timeout(10):
         while not receiver.seen:  # the check-back has asked
             await asyncio.sleep(0.01)
-    gate.set()
     r = await c.post(f"{T}/transactions/{tx['transaction_id']}/commit", headers=h)
-    shown = await txapi.until(tx["transaction_id"], "rolled_back" if r.status == 409 else "committed")
+    final = "rolled_back" if r.status == 409 else "committed"
+    shown = await txapi.until(tx["transaction_id"], final)
     state = TxState(shown["state"])
     if r.status == 200:
         assert shown["decision"]["source"] == "producer"
