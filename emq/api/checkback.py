@@ -67,7 +67,6 @@ log = logging.getLogger(__name__)
 
 MAX_ANSWER_BYTES = 64 * 1024
 TOPICS_PER_TICK = 100
-TOPIC_LEASE_MS = 30_000
 
 
 class Asker(Protocol):
@@ -156,6 +155,9 @@ class TransactionRunner:
         self._policy = policy
         self._asker = asker
         self._interval_s = interval_s
+        # A topic is held while its check-backs run (at most one timeout each, concurrently);
+        # a runner that dies holding it delays the topic's work by this much.
+        self._lease_ms = int((2 * policy.timeout_s + interval_s) * 1000)
 
     def _now_ms(self) -> int:
         return int(self._clock() * 1000)
@@ -175,7 +177,7 @@ class TransactionRunner:
     async def tick(self) -> None:
         now = self._now_ms()
         for topic in await self._store.due_topics(now, TOPICS_PER_TICK):
-            claim = await self._store.claim_topic(topic, now, TOPIC_LEASE_MS)
+            claim = await self._store.claim_topic(topic, now, self._lease_ms)
             if claim is None:
                 continue
             try:

@@ -27,6 +27,7 @@ from emq.cli import (
     services,
     tenants,
     topics,
+    transactions,
     zk,
 )
 from emq.core.errors import EmqError
@@ -69,6 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
     enqueue.add_commands(sub)
     dlq.add_commands(sub)
     jobs.add_commands(sub)
+    transactions.add_commands(sub)
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)
