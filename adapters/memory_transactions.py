@@ -93,7 +93,7 @@ class MemoryTransactionStore(TransactionStore):
 
     async def prepare(
         self, topic: TopicRef, tx_id: str, items: Sequence[PutItem], limits: TransactionLimits
-    ) -> Transaction:
+    ) -> int:
         self._open()
         tx = self._tx(topic, tx_id)
         if tx.state is not TxState.OPEN:
@@ -104,7 +104,7 @@ class MemoryTransactionStore(TransactionStore):
                 f"transaction {tx_id} has {tx.jobs} jobs; at most {limits.max_jobs} in one",
             )
         self._items[(topic, tx_id)].extend(items)
-        return self._log(tx, "prepared", f"{len(items)} jobs", jobs=tx.jobs + len(items))
+        return self._log(tx, "prepared", f"{len(items)} jobs", jobs=tx.jobs + len(items)).jobs
 
     async def decide(
         self, topic: TopicRef, tx_id: str, state: TxState, source: Source, detail: str

@@ -8,7 +8,8 @@ Keys (:class:`~emq.core.naming.RedisKeys`), all of one topic in the topic's own 
   ``(.., "log")``: list of JSON lines, what happened (the newest ``LOG_MAX``).
 * ``transactions(topic, "open")``: zset open id -> next check ms; ``"releasing"``: set of
   committed ids not released yet; ``"all"``: zset id -> created ms (the newest ``KEEP``);
-  ``"jobidx"``: hash prepared job id -> transaction id (job status); ``"prepared"``: the count of
+  ``"jobidx"``: hash, a job id's time stamp -> the transactions that prepared jobs with it
+  (job status; see :data:`PREPARE`); ``"prepared"``: the count of
   the topic's prepared jobs (the backlog guard).
 * ``tx_released(group, id)``: marker in the GROUP's tag, set by :data:`RELEASE_GROUP` in the same
   step that appends the transaction's jobs of that group: a release repeated by anyone appends
@@ -55,8 +56,8 @@ from emq.core.transactions import (
     TransactionLimits,
     TransactionStore,
     TxState,
-    decode_prepared,
     encode_prepared,
+    prepared_head,
 )
 
 log = logging.getLogger(__name__)
@@ -64,22 +65,25 @@ log = logging.getLogger(__name__)
 KEEP = 1000  # transactions listed per topic (older ones stay readable by id until they expire)
 MARKER_TTL_S = 2 * DECIDED_TTL_S
 READY_MAXLEN = 100_000  # as adapters.redis_queue's ready stream
-CHUNK = 500  # elements per command inside a script (bounds Lua's unpack)
+KEY_BASE = 6  # RELEASE_GROUP's KEYS before the idempotency keys
+STAMP = 14  # "msg_" and the 10 characters of a job id's enqueue time (see emq.core.jobs)
 
 # Deletes a transaction's prepared jobs, their job index entries and their count.
+# Deletes the prepared jobs of transaction ``id`` (its record ``rec``), their count, and the
+# transaction from the job index entries of its prepares.
 _DROP = """
-local function drop(jobs, index, count)
+local function drop(rec, id, jobs, index, count)
   local n = redis.call('LLEN', jobs)
-  local start = 0
-  while start < n do
-    local els = redis.call('LRANGE', jobs, start, start + 499)
-    local ids = {}
-    for i, el in ipairs(els) do ids[i] = string.match(el, '^(%S+)') end
-    if #ids > 0 then redis.call('HDEL', index, unpack(ids)) end
-    start = start + 500
-  end
   redis.call('DEL', jobs)
   if n > 0 then redis.call('DECRBY', count, n) end
+  for stamp in string.gmatch(redis.call('HGET', rec, 'stamps') or '', '%S+') do
+    local left = {}
+    for tx in string.gmatch(redis.call('HGET', index, stamp) or '', '%S+') do
+      if tx ~= id then left[#left + 1] = tx end
+    end
+    if #left > 0 then redis.call('HSET', index, stamp, table.concat(left, ' '))
+    else redis.call('HDEL', index, stamp) end
+  end
 end
 """
 
@@ -109,32 +113,40 @@ return -2
 """
 )
 
-# KEYS: rec, jobs, jobidx, prepared, log  ARGV: id, max_jobs, entry, (job_id, element)...
-# -> {1, jobs now} | {0, state} not open | {0, 'missing'} | {0, 'limit', jobs now}
+# KEYS: rec, jobs, jobidx, prepared, log  ARGV: id, max_jobs, entry, n, lengths, elements,
+# stamps -> {1, jobs now} | {0, state} not open | {0, 'missing'} | {0, 'limit', jobs now}
+# The n elements come concatenated in one argument, their lengths in another ("12,40,..."): two
+# arguments for the batch, as the producer's APPEND (redis-py spends ~1 us per argument).
+# The job index maps each job id's time stamp (its first 14 characters, the same for every job
+# placed together) to the transactions that prepared jobs with it: one field per prepare, not
+# one per job (a status lookup then looks through those transactions' jobs).
 PREPARE = (
     _LOG
     + """
 local st = redis.call('HGET', KEYS[1], 'state')
 if not st then return {0, 'missing'} end
 if st ~= 'open' then return {0, st} end
-local n = (#ARGV - 3) / 2
+local n = tonumber(ARGV[4])
 local have = tonumber(redis.call('HGET', KEYS[1], 'jobs') or '0')
 if have + n > tonumber(ARGV[2]) then return {0, 'limit', have} end
-local els, idx = {}, {}
-local function flush()
-  if #els > 0 then
-    redis.call('RPUSH', KEYS[2], unpack(els))
-    redis.call('HSET', KEYS[3], unpack(idx))
+local els = {}
+local at = 1
+for len in string.gmatch(ARGV[5], '%d+') do
+  local stop = at + tonumber(len)
+  els[#els + 1] = string.sub(ARGV[6], at, stop - 1)
+  at = stop
+  if #els == 500 then redis.call('RPUSH', KEYS[2], unpack(els)) els = {} end
+end
+if #els > 0 then redis.call('RPUSH', KEYS[2], unpack(els)) end
+local stamps = ' ' .. (redis.call('HGET', KEYS[1], 'stamps') or '') .. ' '
+for stamp in string.gmatch(ARGV[7], '%S+') do
+  if not string.find(stamps, ' ' .. stamp .. ' ', 1, true) then
+    stamps = stamps .. stamp .. ' '
+    local txs = redis.call('HGET', KEYS[3], stamp)
+    redis.call('HSET', KEYS[3], stamp, txs and (txs .. ' ' .. ARGV[1]) or ARGV[1])
   end
-  els, idx = {}, {}
 end
-for i = 4, #ARGV, 2 do
-  els[#els + 1] = ARGV[i + 1]
-  idx[#idx + 1] = ARGV[i]
-  idx[#idx + 1] = ARGV[1]
-  if #els == 500 then flush() end
-end
-flush()
+redis.call('HSET', KEYS[1], 'stamps', stamps)
 redis.call('HINCRBY', KEYS[1], 'jobs', n)
 redis.call('INCRBY', KEYS[4], n)
 note(KEYS[5], ARGV[3])
@@ -158,7 +170,7 @@ note(KEYS[2], ARGV[6])
 if ARGV[2] == 'committed' then
   redis.call('SADD', KEYS[4], ARGV[1])
 else
-  drop(KEYS[5], KEYS[6], KEYS[7])
+  drop(KEYS[1], ARGV[1], KEYS[5], KEYS[6], KEYS[7])
   redis.call('EXPIRE', KEYS[1], ARGV[7])
   redis.call('EXPIRE', KEYS[2], ARGV[7])
 end
@@ -167,21 +179,27 @@ return 'decided'
 )
 
 # KEYS: marker, high, medium, low, delayed, job_due, idempotency keys...
-# ARGV: marker_ttl, idempotency window, then per job: priority, due_ms or '', the index in KEYS
-# of its idempotency key or 0, job id, payload  -> {1, appended, duplicates} | {0, 0, 0} done
-# before. The marker and the appends are one step: the group gets all of the transaction's jobs
-# at once, and only once.
+# ARGV: marker_ttl, idempotency window, lengths, elements (as PREPARE's), and per element the
+# index in KEYS of its idempotency key or 0 ("0,0,7,...") -> {1, appended, duplicates} |
+# {0, 0, 0} done before. The marker and the appends are one step: the group gets all of the
+# transaction's jobs at once, and only once.
 RELEASE_GROUP = """
 if not redis.call('SET', KEYS[1], '1', 'NX', 'EX', ARGV[1]) then return {0, 0, 0} end
 local streams = {high = KEYS[2], medium = KEYS[3], low = KEYS[4]}
 local appended, duplicates = 0, 0
-for i = 3, #ARGV, 5 do
-  local priority, due, key, id, payload = ARGV[i], ARGV[i + 1], tonumber(ARGV[i + 2]),
-                                          ARGV[i + 3], ARGV[i + 4]
+local keys = string.gmatch(ARGV[5], '%d+')
+local at = 1
+for len in string.gmatch(ARGV[3], '%d+') do
+  local stop = at + tonumber(len)
+  local el = string.sub(ARGV[4], at, stop - 1)
+  at = stop
+  local key = tonumber(keys())
+  local id, priority, due, n, start = string.match(el, '^(%S+) %d+ (%a+) (%S+) (%d+) ()')
+  local payload = string.sub(el, start + tonumber(n))
   if key > 0 and redis.call('SET', KEYS[key], id, 'NX', 'GET', 'EX', ARGV[2]) then
     duplicates = duplicates + 1
   else
-    if due ~= '' then
+    if due ~= '-' then
       redis.call('ZADD', KEYS[5], due, priority .. '|' .. payload)
       redis.call('HSET', KEYS[6], id, due)
     else
@@ -200,7 +218,7 @@ FINISH = (
     + """
 if redis.call('HGET', KEYS[1], 'state') ~= 'committed' then return 0 end
 if redis.call('HGET', KEYS[1], 'released') == '1' then return 0 end
-drop(KEYS[4], KEYS[5], KEYS[6])
+drop(KEYS[1], ARGV[1], KEYS[4], KEYS[5], KEYS[6])
 redis.call('HSET', KEYS[1], 'released', '1')
 redis.call('SREM', KEYS[3], ARGV[1])
 note(KEYS[2], ARGV[2])
@@ -259,7 +277,21 @@ end
 return 1
 """
 
+# KEYS: jobs  ARGV: "<job id> " -> 1 if one of the prepared jobs is that one
+FIND = """
+local n = redis.call('LLEN', KEYS[1])
+local start = 0
+while start < n do
+  for _, el in ipairs(redis.call('LRANGE', KEYS[1], start, start + 999)) do
+    if string.sub(el, 1, #ARGV[1]) == ARGV[1] then return 1 end
+  end
+  start = start + 1000
+end
+return 0
+"""
+
 _SCRIPTS = {
+    "find": FIND,
     "create": CREATE,
     "prepare": PREPARE,
     "decide": DECIDE,
@@ -280,6 +312,44 @@ def _entry(event: str, detail: str) -> str:
 def _topic_of(name: str) -> TopicRef:
     ns, tenant, topic = name.split("/")
     return TopicRef(Namespace(ns), tenant, topic)
+
+
+class _Share:
+    """One group's part of a release: its prepared elements, the idempotency keys they name,
+    and what the workers are told (appended to a stream, parked until a due time)."""
+
+    def __init__(self, group: GroupRef) -> None:
+        self.group = group
+        self.elements: list[bytes] = []
+        self.keys: list[str] = []
+        self.key_index: list[str] = []
+        self.due_ms: int | None = None
+        self.immediate = False
+
+    def add(self, element: bytes, due: int | None, key: str | None, naming: RedisKeys) -> None:
+        """Add one element (see :func:`~emq.core.transactions.encode_prepared`) with what its
+        head says."""
+        self.elements.append(element)
+        if key is None:
+            self.key_index.append("0")
+        else:
+            self.keys.append(naming.idempotency(self.group, key))
+            self.key_index.append(str(KEY_BASE + len(self.keys)))
+        if due is None:
+            self.immediate = True
+        else:
+            self.due_ms = due if self.due_ms is None else min(self.due_ms, due)
+
+    def command(self, store: RedisTransactionStore, tx_id: str) -> Command:
+        k = store._keys
+        keys = [k.tx_released(self.group, tx_id),
+                *(k.stream(self.group.queue(p)) for p in (Priority.HIGH, Priority.MEDIUM,
+                                                          Priority.LOW)),
+                k.delayed(self.group), k.job_due(self.group), *self.keys]  # fmt: skip
+        lengths = ",".join([str(len(e)) for e in self.elements])
+        args = (MARKER_TTL_S, store._window, lengths, b"".join(self.elements),
+                ",".join(self.key_index))  # fmt: skip
+        return store._eval("release_group", keys, args)
 
 
 class RedisTransactionStore(OwnedClient, TransactionStore):
@@ -390,19 +460,21 @@ class RedisTransactionStore(OwnedClient, TransactionStore):
 
     async def prepare(
         self, topic: TopicRef, tx_id: str, items: Sequence[PutItem], limits: TransactionLimits
-    ) -> Transaction:
+    ) -> int:
         keys = (self._rec(topic, tx_id), self._part(topic, tx_id, "jobs"),
                 self._t(topic, "jobidx"), self._t(topic, "prepared"),
                 self._part(topic, tx_id, "log"))  # fmt: skip
-        args: list[Any] = [tx_id, limits.max_jobs, _entry("prepared", f"{len(items)} jobs")]
-        for item in items:
-            args += (item.job_id, encode_prepared(item))
+        elements = [encode_prepared(item) for item in items]
+        lengths = ",".join([str(len(e)) for e in elements])
+        entry = _entry("prepared", f"{len(items)} jobs")
+        stamps = " ".join(dict.fromkeys(item.job_id[:STAMP] for item in items))
+        args = (tx_id, limits.max_jobs, entry, len(elements), lengths, b"".join(elements), stamps)
         # Not repeated after a broken connection: the jobs would be prepared twice.
         (reply,) = await self._write(
             [self._eval("prepare", keys, args)], "prepare jobs", repeatable=False
         )
         if int(reply[0]) == 1:
-            return await self.get(topic, tx_id)
+            return int(reply[1])
         why = text(reply[1])
         if why == "missing":
             raise NotFound(f"no transaction {tx_id} in topic {topic}")
@@ -433,56 +505,45 @@ class RedisTransactionStore(OwnedClient, TransactionStore):
         return await self.get(topic, tx_id), text(reply) == "decided"
 
     async def release(self, topic: TopicRef, tx_id: str) -> Transaction:
-        tx = await self.get(topic, tx_id)
-        if tx.state is not TxState.COMMITTED or tx.released:
-            return tx
-        (raw,) = await self._run([("LRANGE", self._part(topic, tx_id, "jobs"), 0, -1)],
-                                 "read prepared jobs")  # fmt: skip
-        by_group: dict[int, list[PutItem]] = {}
+        (state, released, jobs), raw = await self._run(
+            [("HMGET", self._rec(topic, tx_id), "state", "released", "jobs"),
+             ("LRANGE", self._part(topic, tx_id, "jobs"), 0, -1)],
+            "read prepared jobs",
+        )  # fmt: skip
+        # (jobs prepared after the state was read cannot exist: the state is final)
+        state, released = text(state or b""), text(released or b"") == "1"
+        if state != "committed" or released:
+            return await self.get(topic, tx_id)
+        shares: dict[int, _Share] = {}
         for element in raw:
-            item = decode_prepared(topic, element)
-            by_group.setdefault(item.queue.group.index, []).append(item)
-        commands = [self._release_command(topic.group(g), tx_id, items)
-                    for g, items in sorted(by_group.items())]  # fmt: skip
+            group, due, key = prepared_head(element)
+            share = shares.get(group)
+            if share is None:
+                share = shares[group] = _Share(topic.group(group))
+            share.add(element, due, key, self._keys)
+        order = sorted(shares)
+        commands = [shares[g].command(self, tx_id) for g in order]
         replies = await self._write(commands, "release transaction")
-        await self._hint([topic.group(g) for g in sorted(by_group)], replies, by_group)
+        await self._hint([shares[g] for g in order], replies)
         keys = (self._rec(topic, tx_id), self._part(topic, tx_id, "log"),
                 self._t(topic, "releasing"), self._part(topic, tx_id, "jobs"),
                 self._t(topic, "jobidx"), self._t(topic, "prepared"))  # fmt: skip
-        entry = _entry("released", f"{tx.jobs} jobs in their queues")
+        entry = _entry("released", f"{int(jobs or 0)} jobs in their queues")
         await self._write([self._eval("finish", keys, (tx_id, entry, DECIDED_TTL_S))],
                           "finish release")  # fmt: skip
         return await self.get(topic, tx_id)
 
-    def _release_command(self, group: GroupRef, tx_id: str, items: Sequence[PutItem]) -> Command:
-        k = self._keys
-        keys = [k.tx_released(group, tx_id),
-                *(k.stream(group.queue(p)) for p in (Priority.HIGH, Priority.MEDIUM, Priority.LOW)),
-                k.delayed(group), k.job_due(group)]  # fmt: skip
-        args: list[Any] = [MARKER_TTL_S, self._window]
-        for item in items:
-            index = 0
-            if item.idempotency_key is not None:
-                keys.append(k.idempotency(group, item.idempotency_key))
-                index = len(keys)
-            due = "" if item.due_ms is None else str(int(item.due_ms))
-            args += (item.queue.priority.value, due, index, item.job_id, item.payload)
-        return self._eval("release_group", keys, args)
-
-    async def _hint(
-        self, groups: list[GroupRef], replies: list[Any], items: dict[int, list[PutItem]]
-    ) -> None:
+    async def _hint(self, shares: list[_Share], replies: list[Any]) -> None:
         """Wake the workers of the groups appended to (a lost hint only waits for their
         sweep, as with a put)."""
         ready, due = [], {}
-        for group, (done, appended, _) in zip(groups, replies, strict=True):
+        for share, (done, appended, _) in zip(shares, replies, strict=True):
             if not int(done) or not int(appended):
                 continue
-            times = [i.due_ms for i in items[group.index] if i.due_ms is not None]
-            if times:
-                due[str(group)] = min(times)
-            if len(times) < len(items[group.index]):
-                ready.append(str(group))
+            if share.due_ms is not None:
+                due[str(share.group)] = share.due_ms
+            if share.immediate:
+                ready.append(str(share.group))
         commands: list[Command] = []
         if due:
             pairs = [x for name, at in due.items() for x in (at, name)]
@@ -500,8 +561,14 @@ class RedisTransactionStore(OwnedClient, TransactionStore):
         return max(0, int(n or 0))
 
     async def find_job(self, topic: TopicRef, job_id: str) -> str | None:
-        (tx_id,) = await self._run([("HGET", self._t(topic, "jobidx"), job_id)], "find job")
-        return None if tx_id is None else text(tx_id)
+        stamp = job_id[:STAMP]
+        (found,) = await self._run([("HGET", self._t(topic, "jobidx"), stamp)], "find job")
+        for tx_id in text(found or b"").split():
+            keys = (self._part(topic, tx_id, "jobs"),)
+            command = self._eval("find", keys, (job_id + " ",))
+            if int((await self._run([command], "find job"))[0]):
+                return tx_id
+        return None
 
     # ------------------------------------------------------------------ the runner's calls
 

@@ -198,7 +198,7 @@ class RedisKeys:
 
     def transactions(self, topic: TopicRef, part: str) -> str:
         """A topic's ``open`` (zset id -> next check ms), ``releasing`` (set), ``all`` (zset id
-        -> created ms), ``jobidx`` (hash prepared job id -> transaction id), ``prepared``
+        -> created ms), ``jobidx`` (hash job id time stamp -> transaction ids), ``prepared``
         (count of prepared jobs)."""
         return self._tx_key(topic, part)
 

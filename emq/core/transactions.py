@@ -193,6 +193,17 @@ def encode_prepared(item: PutItem) -> bytes:
     return head + key + item.payload
 
 
+def prepared_head(raw: bytes) -> tuple[int, int | None, str | None]:
+    """(group, due_ms, idempotency key) of a prepared job, read from its head only (its
+    payload is not copied). ValueError if it is not one."""
+    m = _HEAD_RE.match(raw)
+    if m is None:
+        raise ValueError(f"not a prepared job: {raw[:60]!r}")
+    due, n = m.group(4), int(m.group(5))
+    key = raw[m.end() : m.end() + n].decode() if n else None
+    return int(m.group(2)), None if due == b"-" else int(due), key
+
+
 def decode_prepared(topic: TopicRef, raw: bytes) -> PutItem:
     """The :class:`PutItem` :func:`encode_prepared` stored (ValueError if it is not one)."""
     m = _HEAD_RE.match(raw)
@@ -251,8 +262,9 @@ class TransactionStore(AsyncResource):
     @abc.abstractmethod
     async def prepare(
         self, topic: TopicRef, tx_id: str, items: Sequence[PutItem], limits: TransactionLimits
-    ) -> Transaction:
-        """Store ``items`` (all of them or none) in the open transaction.
+    ) -> int:
+        """Store ``items`` (all of them or none) in the open transaction; the count of its jobs
+        now.
         :class:`TransactionClosed` if it is decided, :class:`~emq.core.errors.PayloadTooLarge`
         past ``limits.max_jobs``."""
 

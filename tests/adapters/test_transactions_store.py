@@ -16,7 +16,7 @@ import pytest
 
 from adapters.memory_queue import MemoryQueueBackend
 from adapters.memory_transactions import MemoryTransactionStore
-from adapters.redis_transactions import RedisTransactionStore
+from adapters.redis_transactions import RedisTransactionStore, _Share
 from emq.compose import open_queues, open_transactions
 from emq.core.errors import BackendUnavailable, PayloadTooLarge
 from emq.core.interfaces import ZERO_OFFSET, PutItem, QueueBackend
@@ -31,6 +31,7 @@ from emq.core.transactions import (
     TransactionStore,
     TxState,
     new_transaction_id,
+    prepared_head,
 )
 
 TOPIC = TopicRef(Namespace.ONLINE, "acme", "orders")
@@ -89,10 +90,12 @@ async def cut_short(store: TransactionStore, tx_id: str) -> None:
         return
     assert isinstance(store, RedisTransactionStore)
     (raw,) = await store._run([("LRANGE", store._part(TOPIC, tx_id, "jobs"), 0, -1)], "test")
-    from emq.core.transactions import decode_prepared
-
-    first = [i for i in (decode_prepared(TOPIC, r) for r in raw) if i.queue.group.index == 0]
-    await store._write([store._release_command(TOPIC.group(0), tx_id, first)], "test")
+    share = _Share(TOPIC.group(0))
+    for element in raw:
+        group, due, key = prepared_head(element)
+        if group == 0:
+            share.add(element, due, key, store._keys)
+    await store._write([share.command(store, tx_id)], "test")
 
 
 async def test_commit_release_cut_short_then_finished(stores: Any) -> None:
@@ -113,7 +116,8 @@ async def test_commit_release_cut_short_then_finished(stores: Any) -> None:
     for _ in range(2):  # a runner finishes it; repeating it appends nothing twice
         assert (await store.release(TOPIC, tx.id)).released
     assert await visible(queues) == sorted(i.job_id for i in items)
-    assert await store.prepared_jobs(TOPIC) == 0 and await store.find_job(TOPIC, tx.id) is None
+    assert await store.prepared_jobs(TOPIC) == 0
+    assert await store.find_job(TOPIC, items[5].job_id) is None
     assert (await store.pending(TOPIC, int(time.time() * 1000)))[1] == []
     again, changed = await store.decide(TOPIC, tx.id, TxState.ROLLED_BACK, Source.PRODUCER, "")
     assert not changed and again.state is TxState.COMMITTED
@@ -165,3 +169,20 @@ async def test_two_runners_take_each_check_and_topic_once(stores: Any) -> None:
     assert claim is not None
     await store.settle_topic(claim, None)
     assert await store.due_topics(now + 10**9, 10) == []
+
+
+async def test_release_keeps_keys_and_due_times(stores: Any) -> None:
+    """A prepared job's idempotency key is checked when it is released (a key used meanwhile
+    makes it a duplicate, left out); one with a due time waits in its group's delayed set."""
+    store, queues = stores
+    tx = await opened(store)
+    (keyed,) = jobs(1, groups=1, idempotency_key="order-7:paid")
+    (later,) = jobs(1, groups=1, due_ms=int(time.time() * 1000) + 600_000)
+    (plain,) = jobs(1, groups=1)
+    await store.prepare(TOPIC, tx.id, [keyed, later, plain], LIMITS)
+    (first,) = jobs(1, groups=1, idempotency_key="order-7:paid")
+    assert not (await queues.put([first]))[0].duplicate  # the key, used outside meanwhile
+    await store.decide(TOPIC, tx.id, TxState.COMMITTED, Source.PRODUCER, "")
+    assert (await store.release(TOPIC, tx.id)).released
+    assert await visible(queues, groups=1) == sorted([first.job_id, plain.job_id])
+    assert await queues.delayed([TOPIC.group(0)]) == [1]
