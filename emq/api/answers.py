@@ -235,5 +235,8 @@ class JobStatus(TypedDict):
 
     id: str
     topic: str
-    state: Literal["delayed", "queued", "buffered", "in_flight", "retry_wait", "delivered", "dead"]
+    state: Literal[
+        "prepared", "delayed", "queued", "buffered", "in_flight", "retry_wait", "delivered", "dead"
+    ]
     reason: JobReason | None
+    transaction_id: NotRequired[str]

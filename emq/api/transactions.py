@@ -30,9 +30,11 @@ import contextlib
 import ipaddress
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NotRequired
 
 from aiohttp import web
+from pydantic import Field
+from typing_extensions import TypedDict
 
 from emq.api import checkback, jsonbody
 from emq.api.checkback import CheckBackAsker, TransactionRunner
@@ -59,6 +61,49 @@ if TYPE_CHECKING:
 
 _TOPIC = "/v1/tenants/{tenant}/topics/{topic}"
 PATH = _TOPIC + "/transactions"
+
+
+class TransactionDecision(TypedDict):
+    state: Literal["committed", "rolled_back"]
+    source: Annotated[
+        str | None, Field(description="producer, check_back (its check_url) or default")
+    ]
+    detail: str
+    at: float | None
+
+
+class TransactionLogEntry(TypedDict):
+    at_ms: int
+    event: Annotated[str, Field(description="created, prepared, check, decided or released")]
+    detail: str
+
+
+class TransactionView(TypedDict):
+    transaction_id: str
+    tenant: str
+    topic: str
+    namespace: str
+    state: Literal["open", "committed", "rolled_back"]
+    jobs: Annotated[int, Field(description="jobs prepared in it")]
+    check_url: str
+    timeout_s: int
+    created_at: float
+    deadline_at: Annotated[float, Field(description="when the check-back starts if still open")]
+    checks: Annotated[int, Field(description="check-backs asked so far")]
+    next_check_at: float | None
+    decision: TransactionDecision | None
+    released: Annotated[bool, Field(description="a committed one's jobs are all in their queues")]
+    log: NotRequired[list[TransactionLogEntry]]
+
+
+class TransactionList(TypedDict):
+    transactions: list[TransactionView]
+
+
+class Prepared(TypedDict):
+    ids: list[str]
+    duplicates: int
+    transaction_id: str
 
 
 def _iso_s(ms: int | None) -> float | None:
