@@ -66,6 +66,9 @@ from worker.ssrf import AddressPolicy, GuardedResolver
 log = logging.getLogger(__name__)
 
 MAX_ANSWER_BYTES = 64 * 1024
+# Check-backs a runner has in flight at once: each may hold a thread of the loop's default
+# executor while its host name resolves, and the API needs the rest of them.
+CHECKS_AT_ONCE = 4
 TOPICS_PER_TICK = 100
 
 
@@ -155,6 +158,7 @@ class TransactionRunner:
         self._policy = policy
         self._asker = asker
         self._interval_s = interval_s
+        self._checking = asyncio.Semaphore(CHECKS_AT_ONCE)
         # A topic is held while its check-backs run (at most one timeout each, concurrently);
         # a runner that dies holding it delays the topic's work by this much.
         self._lease_ms = int((2 * policy.timeout_s + interval_s) * 1000)
@@ -194,11 +198,15 @@ class TransactionRunner:
             tx = await self._store.release(topic, tx_id)
             log.info("transaction %s of %s: %d jobs released", tx_id, topic, tx.jobs)
         if due:
-            await asyncio.gather(*(self._check(topic, tx_id, now) for tx_id in due))
+            await asyncio.gather(*(self._check(topic, tx_id) for tx_id in due))
 
-    async def _check(self, ref: TopicRef, tx_id: str, now: int) -> None:
+    async def _check(self, ref: TopicRef, tx_id: str) -> None:
+        async with self._checking:  # taken before the claim: a claim's lease is for asking
+            await self._ask(ref, tx_id)
+
+    async def _ask(self, ref: TopicRef, tx_id: str) -> None:
         lease = int((self._policy.timeout_s + 5) * 1000)
-        tx = await self._store.claim_check(ref, tx_id, now, lease)
+        tx = await self._store.claim_check(ref, tx_id, self._now_ms(), lease)
         if tx is None:
             return  # another runner asks, or it was decided meanwhile
         try:

@@ -29,6 +29,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_transactions,
 )
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
@@ -79,6 +80,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     jobs = open_jobs(settings)
     replays = open_replays(settings)
     plans = open_plans(settings)
+    transactions = open_transactions(settings)
     app = make_app(
         settings,
         ApiSettings(),
@@ -89,6 +91,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         jobs,
         replays=replays,
         plan_store=plans,
+        transaction_store=transactions,
     )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
@@ -98,6 +101,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     finally:
         await runner.cleanup()
         await replays.aclose()
+        await transactions.aclose()
         await plans.aclose()
         await jobs.aclose()
         await fleet.aclose()
@@ -163,7 +167,7 @@ async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, s
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-@pytest.mark.timeout(max(180, 10 * MAX_EXAMPLES))
+@pytest.mark.timeout(max(600, 10 * MAX_EXAMPLES))
 async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None:
     import aiohttp
 

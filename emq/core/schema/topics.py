@@ -159,7 +159,7 @@ class TopicPatch(IntegralBody):
     endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
     weight: Weight = Field(default=None)  # type: ignore[assignment]
     burst: Burst = Field(default=None)  # type: ignore[assignment]
-    transaction_default: TransactionDefault = Field(default=None)  # type: ignore[assignment]
+    transaction_default: TransactionDefault = Field(default=None)  # type: ignore[arg-type]
 
 
 DeadLetterId = Annotated[
