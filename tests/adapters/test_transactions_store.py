@@ -10,9 +10,11 @@ import asyncio
 import json
 import time
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any
 
 import pytest
+from redis.crc import key_slot
 
 from adapters.memory_queue import MemoryQueueBackend
 from adapters.memory_transactions import MemoryTransactionStore
@@ -21,6 +23,7 @@ from emq.compose import open_queues, open_transactions
 from emq.core.errors import BackendUnavailable, PayloadTooLarge
 from emq.core.interfaces import ZERO_OFFSET, PutItem, QueueBackend
 from emq.core.model import Namespace, Priority, TopicRef
+from emq.core.naming import RedisKeys
 from emq.core.settings import Settings
 from emq.core.transactions import (
     Source,
@@ -35,17 +38,33 @@ from emq.core.transactions import (
 )
 
 TOPIC = TopicRef(Namespace.ONLINE, "acme", "orders")
+
+
+def test_a_transactions_groups_and_records_are_on_different_slots() -> None:
+    """What makes the Cluster case a real one: the topic's transactions and each of its groups
+    hash to slots of their own, so no step may touch two of them."""
+    keys = RedisKeys("t")
+    names = [keys.stream(TOPIC.group(g).queue(Priority.HIGH)) for g in range(3)]
+    names.append(keys.transaction(TOPIC, "tx_x", "rec"))
+    assert len({key_slot(n.encode()) for n in names}) == 4
+
+
 LIMITS = TransactionLimits(max_jobs=10, max_open=3)
 
 
-@pytest.fixture(params=["memory", "redis"])
+@pytest.fixture(params=["memory", "redis", "cluster"])
 async def stores(
     request: pytest.FixtureRequest, settings: Settings
 ) -> AsyncIterator[tuple[TransactionStore, QueueBackend]]:
+    """The store and its queues: in memory, on the session's Redis, on its Redis Cluster (a
+    topic's groups on several shards: every script must keep to one slot)."""
     if request.param == "memory":
         queues: QueueBackend = MemoryQueueBackend()
         yield MemoryTransactionStore(queues), queues
         return
+    if request.param == "cluster":
+        url = str(request.getfixturevalue("redis_cluster").url)
+        settings = replace(settings, redis_url=url, redis_cluster=True)
     queues = await open_queues(settings)
     store = open_transactions(settings)
     yield store, queues

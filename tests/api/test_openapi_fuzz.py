@@ -52,6 +52,12 @@ TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "DELETE /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}/cancel",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/transactions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/jobs",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/commit",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/rollback",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -110,7 +116,9 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         await queues.aclose()
 
 
-def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: str) -> str:
+def config_toml(
+    admin: str, tenant: str, examples: int, job_id: str, replay_id: str, tx_id: str
+) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
     rejections = ["400", "401", "403", "404", "405", "406", "409", "413", "415", "422", "429"]
@@ -138,6 +146,7 @@ def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: 
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
+            + (f', tx = "{tx_id}"' if "{tx}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
@@ -167,7 +176,7 @@ async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, s
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-@pytest.mark.timeout(max(600, 10 * MAX_EXAMPLES))
+@pytest.mark.timeout(max(300, 10 * MAX_EXAMPLES))
 async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None:
     import aiohttp
 
@@ -194,8 +203,17 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 201, await r.text()
         replay_id = (await r.json())["id"]
+        r = await http.post(  # a transaction the fuzzer prepares into, commits, rolls back
+            f"{live_api}/v1/tenants/fuzz/topics/orders/transactions",
+            json={"check_url": "https://example.com/check"},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status == 201, await r.text()
+        tx_id = (await r.json())["transaction_id"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id))
+    config.write_text(
+        config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, tx_id)
+    )
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out
