@@ -187,8 +187,8 @@ class TransactionRunner:
             try:
                 await self._work(topic, now)
             finally:
-                _, releasing, later = await self._store.pending(topic, self._now_ms())
-                if releasing:  # a release cut short: again next tick
+                due, releasing, later = await self._store.pending(topic, self._now_ms())
+                if due or releasing:  # due again meanwhile, or a release cut short: next tick
                     later = self._now_ms() + int(self._interval_s * 1000)
                 await self._store.settle_topic(claim, later)
 

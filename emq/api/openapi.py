@@ -229,7 +229,7 @@ ROUTES = (
     ),
     Route(
         "get",
-        transactions.PATH + "/{tx}",
+        transactions.PATH + "/{transaction_id}",
         "A transaction: state, jobs, its decision and where it came from, its log",
         "tenant",
         (200, "the transaction", transactions.TransactionView),
@@ -238,7 +238,7 @@ ROUTES = (
     ),
     Route(
         "post",
-        transactions.PATH + "/{tx}/jobs",
+        transactions.PATH + "/{transaction_id}/jobs",
         "Prepare one job or a batch in an open transaction (the same body as an enqueue; also "
         "POST .../jobs?transaction_id=); 409 if it is decided",
         "tenant",
@@ -249,7 +249,7 @@ ROUTES = (
     ),
     Route(
         "post",
-        transactions.PATH + "/{tx}/commit",
+        transactions.PATH + "/{transaction_id}/commit",
         "Commit: every job is delivered (idempotent); 409 with the final state if it was "
         "rolled back",
         "tenant",
@@ -259,7 +259,7 @@ ROUTES = (
     ),
     Route(
         "post",
-        transactions.PATH + "/{tx}/rollback",
+        transactions.PATH + "/{transaction_id}/rollback",
         "Roll back: every job is discarded (idempotent); 409 with the final state if it was "
         "committed",
         "tenant",
@@ -386,9 +386,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
     if "{id}" in route.path:
         job_id = {"type": "string", "pattern": "^msg_[0-9a-z]{26}$"}
         params.append({"name": "id", "in": "path", "required": True, "schema": job_id})
-    if "{tx}" in route.path:
+    if "{transaction_id}" in route.path:
         tx_id = {"type": "string", "pattern": TRANSACTION_ID_PATTERN}
-        params.append({"name": "tx", "in": "path", "required": True, "schema": tx_id})
+        params.append({"name": "transaction_id", "in": "path", "required": True, "schema": tx_id})
     if "{replay}" in route.path:
         replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})

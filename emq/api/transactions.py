@@ -218,7 +218,7 @@ class Transactions:
     async def _target(self, request: web.Request) -> tuple[TopicRef, str]:
         await self.api.auth.tenant_or_admin(request, request.match_info["tenant"])
         ref = self.api.topic_ref(request)
-        tx_id = request.match_info["tx"]
+        tx_id = request.match_info["transaction_id"]
         if not is_transaction_id(tx_id):
             raise NotFound(f"no transaction {tx_id!r}")
         await self.api.config.get_topic(ref)
@@ -336,10 +336,10 @@ def add_routes(app: web.Application, api: Api, store: TransactionStore | None) -
         [
             web.post(PATH, routes.create),
             web.get(PATH, routes.latest),
-            web.get(PATH + "/{tx}", routes.show),
-            web.post(PATH + "/{tx}/jobs", routes.jobs),
-            web.post(PATH + "/{tx}/commit", routes.commit),
-            web.post(PATH + "/{tx}/rollback", routes.rollback),
+            web.get(PATH + "/{transaction_id}", routes.show),
+            web.post(PATH + "/{transaction_id}/jobs", routes.jobs),
+            web.post(PATH + "/{transaction_id}/commit", routes.commit),
+            web.post(PATH + "/{transaction_id}/rollback", routes.rollback),
         ]
     )
     return routes

@@ -54,10 +54,10 @@ TENANT_ROUTES = {
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}/cancel",
     "POST /v1/tenants/{tenant}/topics/{topic}/transactions",
     "GET /v1/tenants/{tenant}/topics/{topic}/transactions",
-    "GET /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}",
-    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/jobs",
-    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/commit",
-    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{tx}/rollback",
+    "GET /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/jobs",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/commit",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/rollback",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -146,7 +146,7 @@ def config_toml(
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
-            + (f', tx = "{tx_id}"' if "{tx}" in name else "")
+            + (f', transaction_id = "{tx_id}"' if "{transaction_id}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
