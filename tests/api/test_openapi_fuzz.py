@@ -117,7 +117,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
 
 
 def config_toml(
-    admin: str, tenant: str, examples: int, job_id: str, replay_id: str, tx_id: str
+    admin: str, tenant: str, examples: int, job_id: str, replay_id: str, txs: dict[str, str]
 ) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
@@ -146,7 +146,7 @@ def config_toml(
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
-            + (f', transaction_id = "{tx_id}"' if "{transaction_id}" in name else "")
+            + (f', transaction_id = "{_tx_for(name, txs)}"' if "{transaction_id}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
@@ -176,6 +176,12 @@ async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, s
     return proc.returncode or 0, out.decode(errors="replace")
 
 
+def _tx_for(name: str, txs: dict[str, str]) -> str:
+    """The transaction an operation is pinned to: commit and rollback each have their own (a
+    decided one answers 409 to the other), the others share one that stays open."""
+    return txs.get(name.rsplit("/", 1)[-1], txs["open"])
+
+
 @pytest.mark.timeout(max(300, 10 * MAX_EXAMPLES))
 async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None:
     import aiohttp
@@ -203,17 +209,17 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 201, await r.text()
         replay_id = (await r.json())["id"]
-        r = await http.post(  # a transaction the fuzzer prepares into, commits, rolls back
-            f"{live_api}/v1/tenants/fuzz/topics/orders/transactions",
-            json={"check_url": "https://example.com/check"},
-            headers={"Authorization": f"Bearer {token}"},
-        )
-        assert r.status == 201, await r.text()
-        tx_id = (await r.json())["transaction_id"]
+        txs = {}
+        for use in ("open", "commit", "rollback"):  # transactions the fuzzer works on
+            r = await http.post(
+                f"{live_api}/v1/tenants/fuzz/topics/orders/transactions",
+                json={"check_url": "https://example.com/check"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert r.status == 201, await r.text()
+            txs[use] = (await r.json())["transaction_id"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(
-        config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, tx_id)
-    )
+    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, txs))
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out
