@@ -39,7 +39,7 @@ _TOPIC_SCALARS = (
 )
 # Written only when not the default (a topic without them stores what it did before tenant
 # quotas and bursts); absent, the default.
-_TOPIC_OPTIONAL = {"weight": 1, "burst": 0}
+_TOPIC_OPTIONAL: dict[str, object] = {"weight": 1, "burst": 0, "transaction_default": "rollback"}
 
 
 def _dump(value: Mapping[str, Any]) -> bytes:

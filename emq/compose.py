@@ -19,6 +19,7 @@ from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
 from adapters.redis_subscriptions import RedisSubscriptionStore
+from adapters.redis_transactions import RedisTransactionStore
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.routes import RouteWatch
@@ -202,3 +203,16 @@ def open_demand(settings: Settings) -> RedisDemandBoard:
     """The tenant quota's demand board (worker.tenant_quota)."""
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisDemandBoard(_own_redis(settings), keys, owns_client=True)
+
+
+def open_transactions(settings: Settings) -> RedisTransactionStore:
+    """Transactions and their prepared jobs (issue 30), as durable as a put
+    (``EMQ_DURABILITY=replica``: each write waits for the replicas)."""
+    wait: dict[str, Any] = {}
+    if settings.durability is Durability.REPLICA:
+        wait = {
+            "wait_replicas": settings.durability_replicas,
+            "wait_timeout_ms": settings.durability_timeout_ms,
+        }
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisTransactionStore(_own_redis(settings), keys, owns_client=True, **wait)

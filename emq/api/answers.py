@@ -113,6 +113,7 @@ class TopicView(TypedDict):
     endpoints: EndpointsView
     weight: NotRequired[int]
     burst: NotRequired[int]
+    transaction_default: NotRequired[str]
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]
@@ -234,5 +235,8 @@ class JobStatus(TypedDict):
 
     id: str
     topic: str
-    state: Literal["delayed", "queued", "buffered", "in_flight", "retry_wait", "delivered", "dead"]
+    state: Literal[
+        "prepared", "delayed", "queued", "buffered", "in_flight", "retry_wait", "delivered", "dead"
+    ]
     reason: JobReason | None
+    transaction_id: NotRequired[str]

@@ -45,7 +45,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
-from emq.api import answers, events, jsonbody, plans, replay, subscriptions, ui
+from emq.api import answers, events, jsonbody, plans, replay, subscriptions, transactions, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -90,6 +90,7 @@ from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
 from emq.core.settings import Settings
 from emq.core.subscriptions import SubscriptionStore
+from emq.core.transactions import TransactionStore
 
 PROCESS_HEADER = "X-EMQ-Pid"  # on /healthz: the pid of the API process that answered
 
@@ -129,6 +130,7 @@ class Api:
         guard = BacklogGuard(queues, api.backlog_refresh_s)
         # Single-job requests arriving together share a Redis round trip (emq.api.coalesce)
         self.enqueuer = Enqueuer(config, CoalescedPuts(queues), limits=limits, guard=guard)
+        self.transactions: transactions.Transactions | None = None  # set by make_app
 
     # ------------------------------------------------------------------ helpers
 
@@ -218,6 +220,7 @@ class Api:
             "endpoints": cast(answers.EndpointsView, topic.endpoints.view()),
             "weight": topic.weight,
             "burst": topic.burst,
+            "transaction_default": topic.transaction_default,
         }
         if secret:
             out["secret"] = topic.secret
@@ -330,6 +333,8 @@ class Api:
 
     async def enqueue(self, request: web.Request) -> web.Response:
         await self.auth.tenant_or_admin(request, request.match_info["tenant"])
+        if "transaction_id" in request.query and self.transactions is not None:
+            return await self.transactions.enqueue(request)  # prepared, not queued
         ref = self._ref(request)
         body = await self._body(request)
         jobs = body.get("jobs") if isinstance(body, dict) else None
@@ -348,6 +353,10 @@ class Api:
         ref = self._ref(request)
         await self.auth.tenant_or_admin(request, ref.tenant)
         topic = await self.config.get_topic(ref)
+        if self.transactions is not None:  # held in a transaction: "prepared"
+            prepared = await self.transactions.job_status(topic, request.match_info["id"])
+            if prepared is not None:
+                return web.json_response(prepared)
         if self.jobs is None:
             raise NotFound("job status is not served by this API (no job store)")
         return web.json_response(await job_status(self.jobs, topic, request.match_info["id"]))
@@ -439,6 +448,7 @@ def make_app(
     endpoints: EndpointBoard | None = None,
     plan_store: PlanStore | None = None,
     subscription_store: SubscriptionStore | None = None,
+    transaction_store: TransactionStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -477,4 +487,7 @@ def make_app(
     plans.add_routes(app, handlers, plan_store)
     subscriptions.add_routes(app, handlers, subscription_store)
     events.add_routes(app, handlers, subscription_store, CoalescedPuts(queues))
+    handlers.transactions = transactions.add_routes(app, handlers, transaction_store)
+    if transaction_store is not None:
+        app.cleanup_ctx.append(transactions.runner_context(handlers, transaction_store))
     return app

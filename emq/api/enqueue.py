@@ -160,6 +160,11 @@ class Enqueuer:
         self._guard.accepted(topic, stored)
         return Accepted([r.job_id for r in results], len(results) - stored)
 
+    def place(self, topic: Topic, jobs: Sequence[Job]) -> list[PutItem]:
+        """The queue entries of validated ``jobs``, placed as an enqueue places them (the
+        transactions' prepare stores them instead of putting them)."""
+        return self._place(topic, jobs)
+
     def _place(self, topic: Topic, jobs: Sequence[Job]) -> list[PutItem]:
         now_ms = int(self._clock() * 1000)
         spread = self._spread.get(topic.ref)

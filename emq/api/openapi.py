@@ -19,11 +19,13 @@ from pydantic import TypeAdapter
 from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
-from emq.api import answers, events_doc, plan_answers, replay, ui
+from emq.api import answers, events_doc, plan_answers, replay, transactions, ui
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
+from emq.core.schema import transactions as schema_tx
 from emq.core.schema.endpoints import EndpointEnableIn
+from emq.core.transactions import TRANSACTION_ID_PATTERN
 
 Auth = Literal["admin", "tenant", "none"]
 
@@ -207,6 +209,66 @@ ROUTES = (
     ),
     Route(
         "post",
+        transactions.PATH,
+        "Open a transaction: jobs prepared in it are stored but delivered only once it commits; "
+        "if still open after timeout_s, EMQ asks check_url for the decision",
+        "tenant",
+        (201, "the transaction", transactions.TransactionView),
+        (*_BODY_ERRORS, 429),
+        schema_tx.TransactionIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        transactions.PATH,
+        "A topic's transactions, newest first",
+        "tenant",
+        (200, "transactions", transactions.TransactionList),
+        (422, 503),
+        query=schema_tx.TransactionsQuery,
+    ),
+    Route(
+        "get",
+        transactions.PATH + "/{transaction_id}",
+        "A transaction: state, jobs, its decision and where it came from, its log",
+        "tenant",
+        (200, "the transaction", transactions.TransactionView),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        transactions.PATH + "/{transaction_id}/jobs",
+        "Prepare one job or a batch in an open transaction (the same body as an enqueue; also "
+        "POST .../jobs?transaction_id=); 409 if it is decided",
+        "tenant",
+        (202, "prepared", transactions.Prepared),
+        (*_BODY_ERRORS, 409, 413, 429),
+        {"oneOf": [schema.JobIn, schema.JobBatchIn]},
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        transactions.PATH + "/{transaction_id}/commit",
+        "Commit: every job is delivered (idempotent); 409 with the final state if it was "
+        "rolled back",
+        "tenant",
+        (200, "the transaction, committed", transactions.TransactionView),
+        (409, 422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
+        transactions.PATH + "/{transaction_id}/rollback",
+        "Roll back: every job is discarded (idempotent); 409 with the final state if it was "
+        "committed",
+        "tenant",
+        (200, "the transaction, rolled back", transactions.TransactionView),
+        (409, 422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "post",
         _TOPIC + "/endpoints/enable",
         "Re-enable an endpoint workers disabled after repeated failures (* for all); its held "
         "jobs go again",
@@ -329,6 +391,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
     if "{id}" in route.path:
         job_id = {"type": "string", "pattern": "^msg_[0-9a-z]{26}$"}
         params.append({"name": "id", "in": "path", "required": True, "schema": job_id})
+    if "{transaction_id}" in route.path:
+        tx_id = {"type": "string", "pattern": TRANSACTION_ID_PATTERN}
+        params.append({"name": "transaction_id", "in": "path", "required": True, "schema": tx_id})
     if "{replay}" in route.path:
         replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})

@@ -44,6 +44,7 @@ from emq.compose import (
     open_replays,
     open_signal_routes,
     open_subscriptions,
+    open_transactions,
 )
 from emq.core.errors import ConfigError
 from emq.core.settings import Settings
@@ -169,6 +170,7 @@ async def serve(
     fleet = open_fleet_view(settings)
     jobs = open_jobs(settings)
     replays = open_replays(settings)
+    transaction_store = open_transactions(settings)
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
     subscriptions = open_subscriptions(settings)
@@ -184,6 +186,7 @@ async def serve(
         endpoints=board,
         plan_store=plans,
         subscription_store=subscriptions,
+        transaction_store=transaction_store,
     )
     app.middlewares.insert(0, drain.middleware)
     runner = make_runner(app, api)
@@ -216,6 +219,7 @@ async def serve(
         await subscriptions.aclose()
         await fleet.aclose()
         await replays.aclose()
+        await transaction_store.aclose()
         await jobs.aclose()
         await board.aclose()
         await history.aclose()

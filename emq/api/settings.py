@@ -40,6 +40,16 @@ class ApiSettings:
     # API processes serving one port (SO_REUSEPORT) under a supervisor (emq.api.supervisor);
     # 1 is a single process, as without the supervisor. ``emq api --workers N`` overrides it.
     workers: int = setting(1, between(1, MAX_WORKERS))
+    # Transactions (emq.core.transactions): jobs in one, open ones per topic; the check-back
+    # asks at most check_attempts times (waiting check_backoff_s, doubling, between asks that
+    # decide nothing; each ask times out after check_timeout_s); every API process runs a
+    # runner that looks for due work each runner_interval_s.
+    transaction_max_jobs: int = setting(10_000, at_least(1))
+    transaction_max_open: int = setting(1_000, at_least(1))
+    transaction_check_attempts: int = setting(6, at_least(1))
+    transaction_check_backoff_s: float = setting(5.0, greater_than(0))
+    transaction_check_timeout_s: float = setting(5.0, greater_than(0))
+    transaction_runner_interval_s: float = setting(1.0, greater_than(0))
 
     def __post_init__(self) -> None:
         validate(self)

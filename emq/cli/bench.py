@@ -45,6 +45,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         )  # fmt: skip
         print(json.dumps(doc, indent=2) if args.json else replay.summary(doc))
         return 0
+    if args.name == "transactions":  # issue 30: a transaction's cost (emq.bench.transactions)
+        from emq.bench import transactions
+
+        doc = transactions.run(say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else transactions.summary(doc))
+        return 0 if doc["pass"] else 1
     if args.name == "endpoints":  # issue 16: the adaptive per-endpoint rate (emq.bench.endpoints)
         from emq.bench import endpoints
 
@@ -181,6 +187,7 @@ def add_commands(sub: Subparsers) -> None:
             "tenant-quota",
             "signals",
             "fanout",
+            "transactions",
             "all",
         ],
     )

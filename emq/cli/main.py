@@ -28,6 +28,7 @@ from emq.cli import (
     subscriptions,
     tenants,
     topics,
+    transactions,
     zk,
 )
 from emq.core.errors import EmqError
@@ -71,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
     dlq.add_commands(sub)
     jobs.add_commands(sub)
     subscriptions.add_commands(sub)
+    transactions.add_commands(sub)
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)

@@ -16,6 +16,7 @@ from urllib.parse import quote
 
 import aiohttp
 
+from emq.client import transactions as tx_client
 from emq.client.backoff import DEFAULT_RETRY_FOR_S, Backoff
 from emq.client.errors import ApiError, error_from_response
 from emq.client.producer import DEFAULT_IN_FLIGHT, DEFAULT_LINGER_S, MAX_BATCH_JOBS, Producer
@@ -383,6 +384,51 @@ class Client(SubscriptionMethods):
         """Cancel a replay; the replay as it stopped."""
         path = self._topic_path(tenant, topic, "dlq", "replays", replay_id)
         return await self._object("DELETE", path, query=self._topic_query(namespace))
+
+    # ------------------------------------------------------------------ transactions
+
+    def transaction(
+        self,
+        tenant: str,
+        topic: str,
+        *,
+        check_url: str,
+        timeout_s: int | None = None,
+        namespace: str | None = None,
+    ) -> tx_client.TransactionBlock:
+        """``async with client.transaction(...) as tx: await tx.send(job)``: commits on a
+        normal exit, rolls back if the block raises (:mod:`emq.client.transactions`)."""
+        return tx_client.TransactionBlock(
+            self, tenant, topic, check_url, timeout_s, namespace or self.namespace
+        )
+
+    async def create_transaction(
+        self,
+        tenant: str,
+        topic: str,
+        *,
+        check_url: str,
+        timeout_s: int | None = None,
+        namespace: str | None = None,
+    ) -> tx_client.Transaction:
+        """Open a transaction; commit or roll it back yourself (or leave it to check_url)."""
+        ns = namespace or self.namespace
+        return await tx_client.create(self, tenant, topic, check_url, timeout_s, ns)
+
+    def open_transaction(
+        self, tenant: str, topic: str, tx_id: str, *, namespace: str | None = None
+    ) -> tx_client.Transaction:
+        """A transaction opened before (by id), to send to, show, commit or roll back."""
+        ns = namespace or self.namespace
+        return tx_client.Transaction(self, tenant, topic, tx_id, ns)
+
+    async def transactions(
+        self, tenant: str, topic: str, *, limit: int = 50, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """``{"transactions": [...]}``: the topic's, newest first."""
+        path = self._topic_path(tenant, topic, "transactions")
+        query = self._topic_query(namespace) | {"limit": str(limit)}
+        return await self._object("GET", path, query=query)
 
     # ------------------------------------------------------------------ capacity plans (admin)
 

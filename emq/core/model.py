@@ -184,11 +184,16 @@ class Topic:
     weight: int = 1
     # Jobs that may go above the steady pace after idle (README "Burst"; 0: none).
     burst: int = 0
+    # What an open transaction's check-back applies when its bound is reached without an
+    # answer (emq.core.transactions): "rollback" or "commit".
+    transaction_default: str = "rollback"
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
         _int_in(self.weight, "weight", 1, MAX_TOPIC_WEIGHT)
         _int_in(self.burst, "burst", 0, MAX_TOPIC_QPS)
+        if self.transaction_default not in ("rollback", "commit"):
+            raise InvalidInput("transaction_default", "must be rollback or commit")
         _int_in(self.groups, "groups", 1, self.qps)
         _int_in(self.endpoint_concurrency, "endpoint_concurrency", 1, 10_000)
         _int_in(self.max_backlog, "max_backlog", 1, 1_000_000_000)

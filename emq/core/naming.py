@@ -202,6 +202,37 @@ class RedisKeys:
         """List: the DLQ entries a by-ids replay moves from the group, in the given order."""
         return self._group_key(group, "replay", escape(replay_id), "ids")
 
+    # Transactions (emq.core.transactions): a topic's transactions, their prepared jobs and
+    # their lists share the topic's own hash tag, so each transition is one script on one slot;
+    # the marker of a transaction's release into a group sits in the group's tag.
+
+    def _tx_key(self, topic: TopicRef, *suffix: str) -> str:
+        parts = (topic.namespace.value, topic.tenant, topic.topic)
+        tag = "{" + ":".join(escape(p) for p in parts) + "}"
+        return ":".join((self.prefix, "tx", tag, *suffix))
+
+    def transaction(self, topic: TopicRef, tx_id: str, part: str) -> str:
+        """One transaction's ``rec`` (hash), ``jobs`` (its prepared jobs) or ``log`` (lists)."""
+        return self._tx_key(topic, part, escape(tx_id))
+
+    def transactions(self, topic: TopicRef, part: str) -> str:
+        """A topic's ``open`` (zset id -> next check ms), ``releasing`` (set), ``all`` (zset id
+        -> created ms), ``jobidx`` (hash job id time stamp -> transaction ids), ``prepared``
+        (count of prepared jobs)."""
+        return self._tx_key(topic, part)
+
+    def tx_released(self, group: GroupRef, tx_id: str) -> str:
+        """Set by the atomic step that appends a committed transaction's jobs to the group."""
+        return self._group_key(group, "tx", escape(tx_id))
+
+    def tx_index(self) -> str:
+        """Sorted set: topics with transactions to look at (member ``str(TopicRef)``, score
+        when); its generations (a hash) share its hash tag."""
+        return f"{self.prefix}:txi:{{index}}"
+
+    def tx_index_generations(self) -> str:
+        return f"{self.prefix}:txi:{{index}}:gen"
+
     def tenant_demand(self, ns: Namespace, tenant: str) -> str:
         """A capped tenant's demand board: one field per owning worker (tenant quota)."""
         return f"{self.prefix}:tq:{ns.value}:{escape(tenant)}"

@@ -9,6 +9,8 @@ schemathesis re-reads whether a mended body is valid). The server refuses each b
 * header names are case-insensitive: ``X-A`` and ``x-a`` may not both be given (one dropped);
 * a job's URL must be one the worker can send (``emq.core.outbound.push_url``: IDNA, port);
   an http(s) URL that is not is replaced by one that is;
+* a transaction's ``check_url`` must be sendable, and not a private address (nothing is
+  allowed in the fuzzed API's EMQ_PUSH_ALLOW_CIDRS): replaced by one that is;
 * a paced replay (``.../dlq/replays``) takes ids or a time window, not both (the window
   dropped), ``since`` not after ``until`` (swapped), and ids of the topic's groups (the fuzzed
   topic has one: group 0).
@@ -20,6 +22,7 @@ from typing import Any
 
 import schemathesis
 
+from emq.api.transactions import check_url
 from emq.core.errors import InvalidInput
 from emq.core.model import RetryPolicy
 from emq.core.outbound import push_url
@@ -74,11 +77,21 @@ def _mend_replay(body: dict[str, Any]) -> None:
         body["since"], body["until"] = until, since
 
 
+def _mend_check_url(body: dict[str, Any]) -> None:
+    url = body.get("check_url")
+    if isinstance(url, str) and url[:4].lower() == "http" and len(url) <= 2048:
+        try:
+            check_url(url, ())
+        except InvalidInput:
+            body["check_url"] = _SENDABLE
+
+
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     body = case.body
     if not isinstance(body, dict):
         return
+    _mend_check_url(body)
     _mend_retry(body.get("retry"))
     _mend_replay(body)
     jobs = body.get("jobs")

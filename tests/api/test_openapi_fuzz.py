@@ -30,6 +30,7 @@ from emq.compose import (
     open_queues,
     open_replays,
     open_subscriptions,
+    open_transactions,
 )
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
@@ -60,6 +61,12 @@ TENANT_ROUTES = {
     "POST /v1/tenants/{tenant}/topics/{topic}/subscriptions/{subscription}/rotate-secret",
     "POST /v1/tenants/{tenant}/topics/{topic}/events",
     "GET /v1/tenants/{tenant}/topics/{topic}/events/{event}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/transactions",
+    "GET /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/jobs",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/commit",
+    "POST /v1/tenants/{tenant}/topics/{topic}/transactions/{transaction_id}/rollback",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -89,6 +96,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     replays = open_replays(settings)
     plans = open_plans(settings)
     subscriptions = open_subscriptions(settings)
+    transactions = open_transactions(settings)
     app = make_app(
         settings,
         ApiSettings(),
@@ -100,6 +108,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         replays=replays,
         plan_store=plans,
         subscription_store=subscriptions,
+        transaction_store=transactions,
     )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
@@ -110,6 +119,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         await runner.cleanup()
         await replays.aclose()
         await subscriptions.aclose()
+        await transactions.aclose()
         await plans.aclose()
         await jobs.aclose()
         await fleet.aclose()
@@ -119,7 +129,13 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
 
 
 def config_toml(
-    admin: str, tenant: str, examples: int, job_id: str, replay_id: str, ids: dict[str, str]
+    admin: str,
+    tenant: str,
+    examples: int,
+    job_id: str,
+    replay_id: str,
+    ids: dict[str, str],
+    txs: dict[str, str],
 ) -> str:
     """Who calls what: the admin token on admin routes; the tenant's token, on its own topic,
     on the tenant routes. A 413 (too many jobs) is a rejection too."""
@@ -149,6 +165,7 @@ def config_toml(
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
             + "".join(f', {k} = "{v}"' for k, v in _path_ids(name, ids).items())
+            + (f', transaction_id = "{_tx_for(name, txs)}"' if "{transaction_id}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
@@ -187,7 +204,13 @@ async def schemathesis_run(url: str, config: Path, report: Path) -> tuple[int, s
     return proc.returncode or 0, out.decode(errors="replace")
 
 
-@pytest.mark.timeout(max(180, 10 * MAX_EXAMPLES))
+def _tx_for(name: str, txs: dict[str, str]) -> str:
+    """The transaction an operation is pinned to: commit and rollback each have their own (a
+    decided one answers 409 to the other), the others share one that stays open."""
+    return txs.get(name.rsplit("/", 1)[-1], txs["open"])
+
+
+@pytest.mark.timeout(max(300, 10 * MAX_EXAMPLES))
 async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None:
     import aiohttp
 
@@ -233,8 +256,19 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 202, await r.text()
         ids["event"] = (await r.json())["event_id"]
+        txs = {}
+        for use in ("open", "commit", "rollback"):  # transactions the fuzzer works on
+            r = await http.post(
+                f"{live_api}/v1/tenants/fuzz/topics/orders/transactions",
+                json={"check_url": "https://example.com/check"},
+                headers={"Authorization": f"Bearer {token}"},
+            )
+            assert r.status == 201, await r.text()
+            txs[use] = (await r.json())["transaction_id"]
     config = tmp_path / "schemathesis.toml"
-    config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, ids))
+    config.write_text(
+        config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, ids, txs)
+    )
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")
     assert code == 0, out
     assert "No issues found" in out, out

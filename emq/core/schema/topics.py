@@ -4,7 +4,7 @@ replay of a group's dead letters."""
 from __future__ import annotations
 
 import enum
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import ConfigDict, Field, model_validator
 from pydantic_core import PydanticCustomError
@@ -89,6 +89,10 @@ DlqMaxAge = Annotated[
 Weight = Annotated[
     int, Field(ge=1, le=MAX_TOPIC_WEIGHT, description="share of its tenant's cap (default 1)")
 ]
+TransactionDefault = Annotated[
+    Literal["rollback", "commit"],
+    Field(description="what a transaction's check-back applies when nothing answers it"),
+]
 Burst = Annotated[
     int,
     Field(
@@ -122,6 +126,7 @@ class TopicIn(IntegralBody):
     endpoints: EndpointsIn = Field(default_factory=EndpointsIn)  # emq.core.schema.endpoints
     weight: Weight = 1
     burst: Burst = 0
+    transaction_default: TransactionDefault = "rollback"
 
 
 class TopicPatch(IntegralBody):
@@ -154,6 +159,7 @@ class TopicPatch(IntegralBody):
     endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
     weight: Weight = Field(default=None)  # type: ignore[assignment]
     burst: Burst = Field(default=None)  # type: ignore[assignment]
+    transaction_default: TransactionDefault = Field(default=None)  # type: ignore[arg-type]
 
 
 DeadLetterId = Annotated[

@@ -1,0 +1,38 @@
+"""The API's request bodies and query parameters for transactions (emq.core.transactions)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from pydantic import Field
+
+from emq.core.schema.common import URL_PATTERN, IntegralBody
+from emq.core.schema.queries import NamespaceQuery
+from emq.core.transactions import DEFAULT_TIMEOUT_S, MAX_TIMEOUT_S, TRANSACTION_ID_PATTERN
+
+
+class TransactionIn(IntegralBody):
+    """A new transaction: where EMQ asks for the decision if it is still open after
+    ``timeout_s`` seconds."""
+
+    check_url: Annotated[
+        str,
+        Field(
+            pattern=URL_PATTERN,
+            max_length=2048,
+            description="http or https, with a host; a private or loopback address only if "
+            "EMQ_PUSH_ALLOW_CIDRS allows it",
+            json_schema_extra={"format": "uri"},
+        ),
+    ]
+    timeout_s: Annotated[int, Field(ge=1, le=MAX_TIMEOUT_S)] = DEFAULT_TIMEOUT_S
+
+
+class TransactionsQuery(NamespaceQuery):
+    limit: Annotated[int, Field(ge=1, le=1000)] = 50
+
+
+class EnqueueQuery(NamespaceQuery):
+    """``POST .../jobs?transaction_id=...``: the jobs are prepared in that transaction."""
+
+    transaction_id: Annotated[str, Field(pattern=TRANSACTION_ID_PATTERN)]
