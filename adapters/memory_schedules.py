@@ -53,7 +53,7 @@ class MemoryScheduleStore(ScheduleStore):
             raise NotFound(f"no schedule {schedule_id!r} in topic {topic}")
         return self._defs[key], self._states[key]
 
-    async def list(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
+    async def of_topic(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
         keys = sorted(k for k in self._defs if k[0] == topic)
         return [(self._defs[k], self._states[k]) for k in keys]
 
@@ -144,3 +144,6 @@ class MemoryScheduleStore(ScheduleStore):
 
     async def next_due(self) -> float | None:
         return min(self._due.values(), default=None)
+
+    async def aclose(self) -> None:
+        return None

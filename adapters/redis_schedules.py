@@ -95,7 +95,7 @@ for _, m in ipairs(due) do
   end
 end
 return out
-""" % ", ".join(f"'{f}'" for f in _STATE)
+""".replace("%s", ", ".join(f"'{f}'" for f in _STATE))
 
 # KEYS: record  ARGV: cursor, tick, group, job, skipped -> {tick, group, job} | false
 BEGIN = """
@@ -245,7 +245,7 @@ class RedisScheduleStore(OwnedClient, ScheduleStore):
             raise NotFound(f"no schedule {schedule_id!r} in topic {topic}")
         return _decode(topic, raw[0]), state_of(raw[1:])
 
-    async def list(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
+    async def of_topic(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
         with translated("list schedules"):
             ids = sorted(_str(i) or "" for i in await self._client.smembers(self._topic_set(topic)))
             pipe = self._client.pipeline(transaction=False)
@@ -301,9 +301,7 @@ class RedisScheduleStore(OwnedClient, ScheduleStore):
                     client=pipe,
                 )
             replies = await pipe.execute()
-        return [
-            None if not r else Pending(int(r[0]), int(r[1]), _str(r[2]) or "") for r in replies
-        ]
+        return [None if not r else Pending(int(r[0]), int(r[1]), _str(r[2]) or "") for r in replies]
 
     async def advance(self, steps: Sequence[Advance]) -> list[bool]:
         if not steps:
@@ -313,10 +311,17 @@ class RedisScheduleStore(OwnedClient, ScheduleStore):
             for s in steps:
                 await self._scripts["advance"](
                     keys=[self._record(s.topic, s.schedule_id), self._due],
-                    args=[s.tick, s.job_id, _arg(s.cursor), repr(s.fired_at),
-                          repr(round(s.lag_s, 6)), int(s.late), self.member(s.topic, s.schedule_id)],
+                    args=[
+                        s.tick,
+                        s.job_id,
+                        _arg(s.cursor),
+                        repr(s.fired_at),
+                        repr(round(s.lag_s, 6)),
+                        int(s.late),
+                        self.member(s.topic, s.schedule_id),
+                    ],
                     client=pipe,
-                )  # fmt: skip
+                )
             replies = await pipe.execute()
         return [bool(r) for r in replies]
 

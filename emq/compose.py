@@ -17,6 +17,7 @@ from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
+from adapters.redis_schedules import RedisScheduleStore
 from adapters.zk_config import connect as connect_zk
 from allocator.fleet import join as join_fleet
 from allocator.routes import RouteWatch
@@ -192,3 +193,9 @@ def open_demand(settings: Settings) -> RedisDemandBoard:
     """The tenant quota's demand board (worker.tenant_quota)."""
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisDemandBoard(_own_redis(settings), keys, owns_client=True)
+
+
+def open_schedules(settings: Settings) -> RedisScheduleStore:
+    """Schedules, their cursors and the due index (issue 28)."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisScheduleStore(_own_redis(settings), keys, owns_client=True)

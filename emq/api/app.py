@@ -13,6 +13,7 @@ POST       /v1/tenants/{tenant}/topics/{topic}/jobs           tenant or admin
 GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
+*          .../topics/{topic}/schedules[/{id}] (emq.api.schedules) tenant or admin
 GET        /v1/topics (every visible topic, live numbers)     tenant or admin
 POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
 GET        /v1/plans/latest (its figures, the dry-run diff)   admin
@@ -42,6 +43,7 @@ from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
 from emq.api import answers, jsonbody, plans, replay, ui
+from emq.api import schedules as schedule_routes
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -84,6 +86,7 @@ from emq.core.model import (
 from emq.core.outbound import check_text
 from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
+from emq.core.schedules import ScheduleStore
 from emq.core.settings import Settings
 
 PROCESS_HEADER = "X-EMQ-Pid"  # on /healthz: the pid of the API process that answered
@@ -433,6 +436,7 @@ def make_app(
     replays: ReplayStore | None = None,
     endpoints: EndpointBoard | None = None,
     plan_store: PlanStore | None = None,
+    schedules: ScheduleStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -469,4 +473,5 @@ def make_app(
     ui.add_routes(app, handlers)
     replay.add_routes(app, handlers, replays)
     plans.add_routes(app, handlers, plan_store)
+    schedule_routes.add_routes(app, handlers, schedules)
     return app

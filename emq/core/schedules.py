@@ -401,7 +401,7 @@ class ScheduleStore(abc.ABC):
         """One schedule and its state (``NotFound``)."""
 
     @abc.abstractmethod
-    async def list(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
+    async def of_topic(self, topic: TopicRef) -> list[tuple[Schedule, ScheduleState]]:
         """A topic's schedules, by id."""
 
     @abc.abstractmethod
@@ -434,5 +434,6 @@ class ScheduleStore(abc.ABC):
     async def next_due(self) -> float | None:
         """The earliest instant in the due index (``None`` when it is empty)."""
 
+    @abc.abstractmethod
     async def aclose(self) -> None:
         """Release the store's connections."""

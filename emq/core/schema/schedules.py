@@ -102,7 +102,7 @@ class SchedulePatch(IntegralBody):
     job: ScheduleJobIn = Field(default=None)  # type: ignore[valid-type]
     start_at: Epoch | None = None
     end_at: Epoch | None = None
-    catch_up: CatchUp = Field(default=None)  # type: ignore[assignment]
+    catch_up: CatchUp = Field(default=None)  # type: ignore[arg-type]
     catch_up_max: CatchUpMax = Field(default=None)  # type: ignore[assignment]
     paused: bool = Field(default=None)  # type: ignore[assignment]
 
