@@ -79,66 +79,96 @@ redis.call('ZREM', KEYS[3], ARGV[2])
 return 1
 """
 
-# KEYS: due  ARGV: now, lease end, limit, record key prefix -> {member, def, state..., ...}
+# KEYS: due  ARGV: now, lease end, limit, record key prefix
+# -> {member, def, cursor, p_tick, p_group, p_job, ...}: what a firer needs, no more
 # (the records are read by name: they share the due set's hash tag, so the slot is the same)
 CLAIM = """
 local due = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, tonumber(ARGV[3]))
 local out = {}
 for _, m in ipairs(due) do
   redis.call('ZADD', KEYS[1], 'XX', ARGV[2], m)
-  local rec = redis.call('HMGET', ARGV[4] .. m, 'def', %s)
+  local rec = redis.call('HMGET', ARGV[4] .. m, 'def', 'cursor', 'p_tick', 'p_group', 'p_job')
   if rec[1] then
     out[#out + 1] = m
-    for i = 1, #rec do out[#out + 1] = rec[i] or '' end
+    for i = 1, 5 do out[#out + 1] = rec[i] or '' end
   else
     redis.call('ZREM', KEYS[1], m)
   end
 end
 return out
-""".replace("%s", ", ".join(f"'{f}'" for f in _STATE))
+"""
+_CLAIMED = ("cursor", "p_tick", "p_group", "p_job")
 
-# KEYS: record  ARGV: cursor, tick, group, job, skipped -> {tick, group, job} | false
+# The steps of many schedules in one call (one reply to parse, not one per schedule): each takes
+# KEYS: due  ARGV: record key prefix, then a fixed number of arguments per schedule.
+
+# per schedule: member, cursor, tick, group, job, skipped -> {tick, group, job} | {} per schedule
 BEGIN = """
-local c = redis.call('HMGET', KEYS[1], 'cursor', 'p_tick', 'p_group', 'p_job')
-if c[1] ~= ARGV[1] then return false end
-if c[2] == ARGV[2] then return {c[2], c[3], c[4]} end
-redis.call('HSET', KEYS[1], 'cursor', ARGV[2], 'p_tick', ARGV[2], 'p_group', ARGV[3],
-           'p_job', ARGV[4])
-if tonumber(ARGV[5]) > 0 then redis.call('HINCRBY', KEYS[1], 'skipped', ARGV[5]) end
-return {ARGV[2], ARGV[3], ARGV[4]}
+local out = {}
+for i = 2, #ARGV, 6 do
+  local rec = ARGV[1] .. ARGV[i]
+  local c = redis.call('HMGET', rec, 'cursor', 'p_tick', 'p_group', 'p_job')
+  if c[1] ~= ARGV[i + 1] then
+    out[#out + 1] = {}
+  elseif c[2] == ARGV[i + 2] then
+    out[#out + 1] = {c[2], c[3], c[4]}
+  else
+    redis.call('HSET', rec, 'cursor', ARGV[i + 2], 'p_tick', ARGV[i + 2], 'p_group', ARGV[i + 3],
+               'p_job', ARGV[i + 4])
+    if tonumber(ARGV[i + 5]) > 0 then redis.call('HINCRBY', rec, 'skipped', ARGV[i + 5]) end
+    out[#out + 1] = {ARGV[i + 2], ARGV[i + 3], ARGV[i + 4]}
+  end
+end
+return out
 """
 
-# KEYS: record, due  ARGV: tick, job, cursor ('' ended), fired_at, lag, late, member -> 1 | 0
+# per schedule: member, tick, job, cursor ('' ended), fired_at, lag, late -> 1 | 0 each
 ADVANCE = """
-if redis.call('HGET', KEYS[1], 'cursor') ~= ARGV[1] then return 0 end
-redis.call('HSET', KEYS[1], 'last_tick', ARGV[1], 'last_job', ARGV[2], 'last_at', ARGV[4],
-           'last_lag', ARGV[5])
-redis.call('HDEL', KEYS[1], 'p_tick', 'p_group', 'p_job')
-redis.call('HINCRBY', KEYS[1], 'fired', 1)
-if ARGV[6] == '1' then redis.call('HINCRBY', KEYS[1], 'late', 1) end
-if ARGV[3] == '' then
-  redis.call('HDEL', KEYS[1], 'cursor')
-  redis.call('ZREM', KEYS[2], ARGV[7])
-else
-  redis.call('HSET', KEYS[1], 'cursor', ARGV[3])
-  redis.call('ZADD', KEYS[2], ARGV[3], ARGV[7])
+local out = {}
+for i = 2, #ARGV, 7 do
+  local rec, m = ARGV[1] .. ARGV[i], ARGV[i]
+  if redis.call('HGET', rec, 'cursor') ~= ARGV[i + 1] then
+    out[#out + 1] = 0
+  else
+    redis.call('HSET', rec, 'last_tick', ARGV[i + 1], 'last_job', ARGV[i + 2],
+               'last_at', ARGV[i + 4], 'last_lag', ARGV[i + 5])
+    redis.call('HDEL', rec, 'p_tick', 'p_group', 'p_job')
+    redis.call('HINCRBY', rec, 'fired', 1)
+    if ARGV[i + 6] == '1' then redis.call('HINCRBY', rec, 'late', 1) end
+    if ARGV[i + 3] == '' then
+      redis.call('HDEL', rec, 'cursor')
+      redis.call('ZREM', KEYS[1], m)
+    else
+      redis.call('HSET', rec, 'cursor', ARGV[i + 3])
+      redis.call('ZADD', KEYS[1], ARGV[i + 3], m)
+    end
+    out[#out + 1] = 1
+  end
 end
-return 1
+return out
 """
 
-# KEYS: record, due  ARGV: cursor, to ('' ended), skipped, member -> 1 | 0
+# per schedule: member, cursor, to ('' ended), skipped -> 1 | 0 each
 SKIP = """
-local c = redis.call('HMGET', KEYS[1], 'cursor', 'p_tick')
-if c[1] ~= ARGV[1] or c[2] then return 0 end
-redis.call('HINCRBY', KEYS[1], 'skipped', ARGV[3])
-if ARGV[2] == '' then
-  redis.call('HDEL', KEYS[1], 'cursor')
-  redis.call('ZREM', KEYS[2], ARGV[4])
-else
-  redis.call('HSET', KEYS[1], 'cursor', ARGV[2])
-  redis.call('ZADD', KEYS[2], ARGV[2], ARGV[4])
+local out = {}
+for i = 2, #ARGV, 4 do
+  local rec, m = ARGV[1] .. ARGV[i], ARGV[i]
+  local c = redis.call('HMGET', rec, 'cursor', 'p_tick')
+  if c[1] ~= ARGV[i + 1] or c[2] then
+    out[#out + 1] = 0
+  else
+    redis.call('HINCRBY', rec, 'skipped', ARGV[i + 3])
+    if ARGV[i + 2] == '' then
+      redis.call('HDEL', rec, 'cursor')
+      redis.call('ZREM', KEYS[1], m)
+    else
+      redis.call('HSET', rec, 'cursor', ARGV[i + 2])
+      redis.call('ZADD', KEYS[1], ARGV[i + 2], m)
+    end
+    out[#out + 1] = 1
+  end
 end
-return 1
+return out
 """
 
 
@@ -281,63 +311,50 @@ class RedisScheduleStore(OwnedClient, ScheduleStore):
             flat = await self._scripts["claim"](
                 keys=[self._due], args=[repr(now), repr(now + lease_s), limit, self._records]
             )
-        width = 2 + len(_STATE)
         out = []
-        for i in range(0, len(flat), width):
-            member = _str(flat[i]) or ""
-            topic = _topic_of(member)
-            out.append(Claimed(_decode(topic, flat[i + 1]), state_of(flat[i + 2 : i + width])))
+        for i in range(0, len(flat), 6):
+            topic = _topic_of(_str(flat[i]) or "")
+            state = dict(zip(_CLAIMED, flat[i + 2 : i + 6], strict=True))
+            claimed = ScheduleState(
+                cursor=_int(state["cursor"]),
+                pending_tick=_int(state["p_tick"]),
+                pending_group=_int(state["p_group"]),
+                pending_job=_str(state["p_job"]),
+            )
+            out.append(Claimed(_decode(topic, flat[i + 1]), claimed))
         return out
 
-    async def begin(self, steps: Sequence[Begin]) -> list[Pending | None]:
-        if not steps:
+    async def _batch(self, script: str, rows: list[list[Any]], what: str) -> list[Any]:
+        """One call of a batch script (:data:`BEGIN`, :data:`ADVANCE`, :data:`SKIP`)."""
+        if not rows:
             return []
-        with translated("begin schedule ticks"):
-            pipe = self._client.pipeline(transaction=False)
-            for s in steps:
-                await self._scripts["begin"](
-                    keys=[self._record(s.topic, s.schedule_id)],
-                    args=[s.cursor, s.tick, s.group, s.job_id, s.skipped],
-                    client=pipe,
-                )
-            replies = await pipe.execute()
-        return [None if not r else Pending(int(r[0]), int(r[1]), _str(r[2]) or "") for r in replies]
+        args: list[Any] = [self._records]
+        for row in rows:
+            args += row
+        with translated(what):
+            return list(await self._scripts[script](keys=[self._due], args=args))
+
+    async def begin(self, steps: Sequence[Begin]) -> list[Pending | None]:
+        rows = [
+            [self.member(s.topic, s.schedule_id), s.cursor, s.tick, s.group, s.job_id, s.skipped]
+            for s in steps
+        ]
+        replies = await self._batch("begin", rows, "begin schedule ticks")
+        return [Pending(int(r[0]), int(r[1]), _str(r[2]) or "") if r else None for r in replies]
 
     async def advance(self, steps: Sequence[Advance]) -> list[bool]:
-        if not steps:
-            return []
-        with translated("advance schedules"):
-            pipe = self._client.pipeline(transaction=False)
-            for s in steps:
-                await self._scripts["advance"](
-                    keys=[self._record(s.topic, s.schedule_id), self._due],
-                    args=[
-                        s.tick,
-                        s.job_id,
-                        _arg(s.cursor),
-                        repr(s.fired_at),
-                        repr(round(s.lag_s, 6)),
-                        int(s.late),
-                        self.member(s.topic, s.schedule_id),
-                    ],
-                    client=pipe,
-                )
-            replies = await pipe.execute()
-        return [bool(r) for r in replies]
+        rows = [
+            [self.member(s.topic, s.schedule_id), s.tick, s.job_id, _arg(s.cursor),
+             repr(s.fired_at), repr(round(s.lag_s, 6)), int(s.late)]
+            for s in steps
+        ]  # fmt: skip
+        return [bool(r) for r in await self._batch("advance", rows, "advance schedules")]
 
     async def skip(self, steps: Sequence[Skip]) -> list[bool]:
-        if not steps:
-            return []
-        with translated("skip schedule ticks"):
-            pipe = self._client.pipeline(transaction=False)
-            for s in steps:
-                await self._scripts["skip"](
-                    keys=[self._record(s.topic, s.schedule_id), self._due],
-                    args=[s.cursor, _arg(s.to), s.skipped, self.member(s.topic, s.schedule_id)],
-                    client=pipe,
-                )
-            replies = await pipe.execute()
-        return [bool(r) for r in replies]
+        rows = [
+            [self.member(s.topic, s.schedule_id), s.cursor, _arg(s.to), s.skipped] for s in steps
+        ]
+        return [bool(r) for r in await self._batch("skip", rows, "skip schedule ticks")]
 
     async def next_due(self) -> float | None:
         with translated("read due schedules"):

@@ -108,9 +108,10 @@ def _tick(epoch: int | None, schedule: Schedule) -> TickView | None:
 def view(
     schedule: Schedule, state: ScheduleState, *, count: int = 5, job_state: str | None = None
 ) -> ScheduleView:
-    nexts = upcoming(schedule, time.time(), count) if state.cursor is not None else []
-    if state.cursor is not None and (not nexts or state.cursor < nexts[0]):
-        nexts = [state.cursor, *nexts][:count]  # overdue: the tick the firers are on first
+    # The ticks not fired yet: the cursor (overdue while firers catch up), then the next ones.
+    nexts = [] if state.cursor is None else [state.cursor]
+    if nexts and count > 1:
+        nexts += upcoming(schedule, state.cursor or 0, count - 1)
     last: LastTickView | None = None
     if state.last_tick is not None and state.last_job is not None:
         tick = _tick(state.last_tick, schedule)
@@ -173,6 +174,7 @@ class ScheduleRoutes:
         return web.json_response(Schedules(schedules=[view(s, st, count=1) for s, st in rows]))
 
     async def show(self, request: web.Request) -> web.Response:
+        await self.api.auth.tenant_or_admin(request, request.match_info["tenant"])  # (first)
         query = schema.query(ScheduleQuery, request.query)
         ref = await self._topic(request, query)
         schedule, state = await self.store.get(ref, _schedule_id(request))

@@ -31,6 +31,7 @@ a backend outage). A tick is *late* when it is found more than ``grace_s`` after
 from __future__ import annotations
 
 import abc
+import functools
 import secrets
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -185,11 +186,17 @@ def first_tick(schedule: Schedule, now: float) -> int | None:
 
 def next_within(schedule: Schedule, after: float) -> int | None:
     """The tick after ``after`` unless it lies past ``end_at`` (or none in 50 years)."""
-    for at in ticks_after(schedule.cron, schedule.zone, after, 1):
-        if schedule.end_at is not None and at > schedule.end_at:
-            return None
-        return at
-    return None
+    at = _next_tick(schedule.cron, schedule.timezone, int(after) if after == int(after) else after)
+    if at is None or (schedule.end_at is not None and at > schedule.end_at):
+        return None
+    return at
+
+
+@functools.lru_cache(maxsize=8192)
+def _next_tick(cron: str, timezone: str, after: float) -> int | None:
+    """The tick after ``after``: schedules that share an expression and a zone (most do: every
+    minute, every hour) share the work of their firers, which parsing each time would repeat."""
+    return next(ticks_after(cron, parse_zone(timezone), after, 1), None)
 
 
 def upcoming(schedule: Schedule, after: float, count: int) -> list[int]:

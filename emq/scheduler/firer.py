@@ -33,8 +33,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram
 
@@ -64,6 +65,19 @@ log = logging.getLogger(__name__)
 LAG_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 5, 15, 60, 300, 3600)
 
 
+def _template(fields: Mapping[str, Any], limits: JobLimits) -> Job:
+    """The job of a stored template (validated when stored; the domain checks run again, the
+    schema's not: a firer starting with 10 000 schedules due would pay pydantic for each)."""
+    try:
+        return Job.checked(
+            fields["url"], fields.get("method", "POST"), fields.get("headers"),
+            fields.get("body"), fields.get("priority", "medium"), fields.get("key"), None, 0.0,
+            limits,
+        )  # fmt: skip
+    except (KeyError, TypeError):  # not a template this version wrote: the schema says why
+        return job_of(dict(fields), None, limits)
+
+
 class SchedulerMetrics:
     """``emq_schedule_*``: ticks fired, late (with the lag), skipped by the catch-up policy."""
 
@@ -87,11 +101,18 @@ class SchedulerMetrics:
             buckets=LAG_BUCKETS, registry=self.registry,
         )  # fmt: skip
 
-    def record(self, topic: TopicRef, lag_s: float, late: bool) -> None:
-        self.fired.labels(topic.tenant, topic.topic).inc()
-        if late:
-            self.late.labels(topic.tenant, topic.topic).inc()
-        self.lag.observe(max(lag_s, 0.0))
+    def record(self, fired: Sequence[tuple[TopicRef, float, bool]]) -> None:
+        """Ticks stored: (topic, lag, late) each; the counters moved once per topic."""
+        counts: dict[TopicRef, list[int]] = {}
+        for topic, lag_s, late in fired:
+            n = counts.setdefault(topic, [0, 0])
+            n[0] += 1
+            n[1] += late
+            self.lag.observe(max(lag_s, 0.0))
+        for topic, (n_fired, n_late) in counts.items():
+            self.fired.labels(topic.tenant, topic.topic).inc(n_fired)
+            if n_late:
+                self.late.labels(topic.tenant, topic.topic).inc(n_late)
 
     def skip(self, topic: TopicRef, n: int) -> None:
         if n:
@@ -108,6 +129,7 @@ class _Work:
     skipped: int
     late: int  # the first ``late`` ticks of ``ticks`` are late
     after: int | None
+    after_known: bool = True  # False: computed once the last tick's job is stored
 
 
 @dataclass(frozen=True, slots=True)
@@ -169,7 +191,8 @@ class Firer:
     async def step(self) -> int:
         """One pass: claim what is due and fire it; how many schedules were claimed."""
         now = self.clock()
-        claimed = await self.store.claim_due(now, self.settings.lease_s, self.settings.batch)
+        horizon = now + self.settings.lookahead_s
+        claimed = await self.store.claim_due(horizon, self.settings.lease_s, self.settings.batch)
         if not claimed:
             return 0
         work = [w for w in (self._plan(c, now) for c in claimed) if w is not None]
@@ -188,10 +211,12 @@ class Firer:
             return None
         if state.pending_tick == cursor:  # a tick begun by a firer that did not finish it
             late = int(now - cursor > self.settings.grace_s)
-            return _Work(s, cursor, (cursor,), 0, late, next_within(s, cursor))
-        after = next_within(s, cursor)
-        if now - cursor <= self.settings.grace_s and (after is None or after > now):
-            return _Work(s, cursor, (cursor,), 0, 0, after)  # the usual case: on time, alone
+            return _Work(s, cursor, (cursor,), 0, late, None, after_known=False)
+        if now - cursor <= self.settings.grace_s:
+            # The usual case: ahead (within the lookahead) or on time, and so is every tick
+            # after it; the next one is worked out after this one's job is stored (off the
+            # lag), and if it is due already the next pass fires it.
+            return _Work(s, cursor, (cursor,), 0, 0, None, after_known=False)
         catch_up = plan(s, cursor, now, self.settings.grace_s)
         return _Work(s, cursor, catch_up.fire, catch_up.skipped, catch_up.late, catch_up.cursor)
 
@@ -231,17 +256,22 @@ class Firer:
         results = await self.queues.put(items)
         done = self.clock()
         advances = []
+        stored: list[tuple[TopicRef, float, bool]] = []
         for (w, p), result in zip(chosen, results, strict=True):
-            lag = done - p.tick
+            lag = max(0.0, done - p.tick)  # a tick fired ahead was stored before it came
             late = r < w.late
-            after = w.ticks[r + 1] if r + 1 < len(w.ticks) else w.after
+            if r + 1 < len(w.ticks):
+                after = w.ticks[r + 1]
+            else:
+                after = w.after if w.after_known else next_within(w.schedule, p.tick)
             advances.append(Advance(w.schedule.topic, w.schedule.id, p.tick, result.job_id,
                                     after, done, lag, late))  # fmt: skip
-            self.metrics.record(w.schedule.topic, lag, late)
+            stored.append((w.schedule.topic, lag, late))
             if self.on_fired is not None:
                 fired = Fired(w.schedule.topic, w.schedule.id, p.tick, result.job_id, lag,
                               result.duplicate)  # fmt: skip
                 self.on_fired(fired)
+        self.metrics.record(stored)
         await self.store.advance(advances)
 
     async def _topics(self, refs: set[TopicRef]) -> dict[TopicRef, Topic]:
@@ -261,7 +291,7 @@ class Firer:
         if template is None:
             if len(self._jobs) > 200_000:
                 self._jobs.clear()
-            template = self._jobs[cache_key] = job_of(dict(schedule.job), None, self.limits)
+            template = self._jobs[cache_key] = _template(schedule.job, self.limits)
         return replace(template, idempotency_key=tick_key(schedule.id, tick))
 
     @staticmethod
@@ -280,4 +310,5 @@ class Firer:
             job_id=p.job_id,
             payload=encode_envelope(p.job_id, job, now_ms),
             idempotency_key=job.idempotency_key,
+            due_ms=p.tick * 1000 if p.tick * 1000 > now_ms else None,  # fired ahead: delayed
         )

@@ -29,6 +29,10 @@ class SchedulerSettings:
     batch: int = setting(1000, between(1, 10_000))
     # A tick found more than this after its instant is late: the catch-up policy decides.
     grace_s: float = setting(60.0, at_least(0))
+    # Ticks this close are fired ahead: their jobs are stored as delayed jobs due at the tick
+    # (workers promote them within ~0.1 s of it), so a minute on which thousands of schedules
+    # tick is stored before it comes. A change to a schedule applies to the ticks after this.
+    lookahead_s: float = setting(5.0, between(0, 60))
 
     def __post_init__(self) -> None:
         validate(self)

@@ -29,6 +29,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_schedules,
 )
 from emq.core.model import MAX_TOPIC_QPS
 from emq.core.settings import Settings
@@ -51,6 +52,11 @@ TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "DELETE /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}",
     "POST /v1/tenants/{tenant}/topics/{topic}/dlq/replays/{replay}/cancel",
+    "POST /v1/tenants/{tenant}/topics/{topic}/schedules",
+    "GET /v1/tenants/{tenant}/topics/{topic}/schedules",
+    "GET /v1/tenants/{tenant}/topics/{topic}/schedules/{schedule}",
+    "PATCH /v1/tenants/{tenant}/topics/{topic}/schedules/{schedule}",
+    "DELETE /v1/tenants/{tenant}/topics/{topic}/schedules/{schedule}",
 }
 ADMIN_ROUTES = {
     "POST /v1/tenants",
@@ -79,6 +85,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     jobs = open_jobs(settings)
     replays = open_replays(settings)
     plans = open_plans(settings)
+    schedules = open_schedules(settings)
     app = make_app(
         settings,
         ApiSettings(),
@@ -89,6 +96,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         jobs,
         replays=replays,
         plan_store=plans,
+        schedules=schedules,
     )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
@@ -97,6 +105,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+        await schedules.aclose()
         await replays.aclose()
         await plans.aclose()
         await jobs.aclose()
@@ -134,6 +143,7 @@ def config_toml(admin: str, tenant: str, examples: int, job_id: str, replay_id: 
             'parameters = { tenant = "fuzz", topic = "orders"'
             + (f', id = "{job_id}"' if "{id}" in name else "")
             + (f', replay = "{replay_id}"' if "{replay}" in name else "")
+            + (', schedule = "beat"' if "{schedule}" in name else "")
             + " }",
         ]
     return "\n".join(lines) + "\n"
@@ -190,6 +200,12 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
         )
         assert r.status == 201, await r.text()
         replay_id = (await r.json())["id"]
+        r = await http.post(  # a schedule the fuzzer shows, changes and deletes
+            f"{live_api}/v1/tenants/fuzz/topics/orders/schedules",
+            json={"id": "beat", "cron": "0 9 * * *", "job": {"url": "http://127.0.0.1:9/x"}},
+            headers={"Authorization": f"Bearer {token}"},
+        )
+        assert r.status == 201, await r.text()
     config = tmp_path / "schemathesis.toml"
     config.write_text(config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id))
     code, out = await schemathesis_run(live_api, config, tmp_path / "junit.xml")

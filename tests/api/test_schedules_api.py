@@ -32,7 +32,7 @@ async def rig(settings: Settings) -> AsyncIterator[tuple[TestClient, Firer]]:
     app = make_app(settings, ApiSettings(), config, queues, jobs=jobs, schedules=store)
     client = TestClient(TestServer(app))
     await client.start_server()
-    firer = Firer(store, config, queues, SchedulerSettings(poll_s=0.05))
+    firer = Firer(store, config, queues, SchedulerSettings(poll_s=0.05, lookahead_s=0))
     yield client, firer
     await client.close()
     for closing in (store, jobs, config, queues):

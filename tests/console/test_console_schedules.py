@@ -30,7 +30,7 @@ async def console(settings: Settings) -> AsyncIterator[Console]:
     await client.start_server()
     stop = asyncio.Event()
     firer = asyncio.create_task(
-        Firer(store, config, queues, SchedulerSettings(poll_s=0.05)).run(stop)
+        Firer(store, config, queues, SchedulerSettings(poll_s=0.05, lookahead_s=0)).run(stop)
     )
     yield Console(client, str(client.make_url("")).rstrip("/"))
     stop.set()

@@ -31,6 +31,7 @@ def _env(settings: Settings) -> dict[str, str]:
         "EMQ_REDIS_KEY_PREFIX": settings.redis_key_prefix,
         "EMQ_SCHEDULER_LEASE_S": "1",
         "EMQ_SCHEDULER_POLL_S": "0.05",
+        "EMQ_SCHEDULER_LOOKAHEAD_S": "0",  # fired at the tick: killed at its boundary
     }
 
 

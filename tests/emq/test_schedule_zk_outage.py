@@ -48,7 +48,7 @@ async def test_ticks_fire_once_across_a_zookeeper_outage(
         topic = await make_topic(config)
         beat = Schedule(REF, "beat", "* * * * * *", "UTC", JOB)
         await store.create(beat, first_tick(beat, time.time()))
-        firer = Firer(store, config, queues, SchedulerSettings(poll_s=0.05))
+        firer = Firer(store, config, queues, SchedulerSettings(poll_s=0.05, lookahead_s=0))
         task = asyncio.create_task(firer.run(stop))
         await asyncio.sleep(1.5)
         pid = zk_server.status().pid

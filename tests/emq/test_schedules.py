@@ -207,9 +207,9 @@ async def _rig(
     return clock, MemoryScheduleStore(), config, MemoryQueueBackend(clock=clock)
 
 
-def _firer(store, config, queues, clock, fired: list[Fired]) -> Firer:  # type: ignore[no-untyped-def]
-    return Firer(store, config, queues, SchedulerSettings(grace_s=30), clock=clock,
-                 on_fired=fired.append)  # fmt: skip
+def _firer(store, config, queues, clock, fired, **kw) -> Firer:  # type: ignore[no-untyped-def]
+    settings = SchedulerSettings(**{"grace_s": 30, "lookahead_s": 0, **kw})
+    return Firer(store, config, queues, settings, clock=clock, on_fired=fired.append)
 
 
 async def _stored(queues: MemoryQueueBackend) -> int:
@@ -273,10 +273,17 @@ async def test_an_outage_is_caught_up_by_policy(policy: str, ticks: list[int]) -
     await store.create(s, first_tick(s, clock.now))
     fired: list[Fired] = []
     clock.now = 1000.0 + 180  # three minutes later, the first firer
-    await _firer(store, config, queues, clock, fired).step()
+    firer = _firer(store, config, queues, clock, fired)
+    await firer.step()
     assert [f.tick for f in fired] == ticks
     _, state = await store.get(REF, "s1")
     assert state.skipped == 3 - len(ticks) and state.cursor == 1200
+    sample = firer.metrics.registry.get_sample_value
+    labels = {"tenant": "acme", "topic": "cron"}
+    assert sample("emq_schedule_ticks_fired_total", labels) == len(ticks)
+    assert sample("emq_schedule_ticks_late_total", labels) == len(ticks)  # all over 30 s old
+    assert (sample("emq_schedule_ticks_skipped_total", labels) or 0) == 3 - len(ticks)
+    assert sample("emq_schedule_lag_seconds_sum") == sum(1180 - t for t in ticks)
 
 
 async def test_paused_schedules_are_not_due() -> None:
@@ -287,3 +294,21 @@ async def test_paused_schedules_are_not_due() -> None:
     fired: list[Fired] = []
     assert await _firer(store, config, queues, clock, fired).step() == 0
     assert fired == [] and await store.next_due() is None
+
+
+async def test_ticks_within_the_lookahead_are_stored_ahead_as_delayed_jobs() -> None:
+    clock, store, config, queues = await _rig(1000.0)
+    s = schedule("* * * * *")
+    await store.create(s, first_tick(s, clock.now))
+    fired: list[Fired] = []
+    firer = _firer(store, config, queues, clock, fired, lookahead_s=5)
+    clock.now = 1014.0  # 1020 is 6 s away: not yet
+    await firer.step()
+    assert fired == []
+    clock.now = 1016.0  # 4 s away: stored now, due at the tick
+    await firer.step()
+    assert [(f.tick, f.lag_s) for f in fired] == [(1020, 0.0)]
+    topic = Topic(REF, 100, 3, secret="whsec_x")
+    assert sum(await queues.delayed(topic.group_refs())) == 1 and await _stored(queues) == 0
+    _, state = await store.get(REF, "s1")
+    assert (state.last_tick, state.cursor) == (1020, 1080)
