@@ -10,8 +10,10 @@ Keys, all in one hash tag (``{sched}``) so that each script below runs on one sl
 * ``P:sched:{sched}:t:<ns:tenant:topic>``: set, the topic's schedule ids.
 
 Every step a firer takes is a script that compares the cursor first (:data:`BEGIN`,
-:data:`ADVANCE`), so a step sent twice, or by two firers, or after an edit, changes nothing the
-second time. All of a topic's schedules share one slot: their load is a few writes per tick.
+:data:`ADVANCE`, :data:`SKIP`), so a step sent twice, or by two firers, or after an edit,
+changes nothing the second time. Each takes the steps of many schedules in one call (one reply
+to parse instead of a thousand). Every schedule shares the one slot: their load is a few writes
+per tick, and a firer's claim reads at most ``batch`` of them.
 """
 
 from __future__ import annotations

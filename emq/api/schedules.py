@@ -61,7 +61,10 @@ class LastTickView(TypedDict):
         str | None, Field(description="the job's state (job status), null if no longer known")
     ]
     fired_at: float | None
-    lag_s: Annotated[float | None, Field(description="from the tick to its job stored")]
+    lag_s: Annotated[
+        float | None,
+        Field(description="from the tick to its job stored (negative: stored ahead of it)"),
+    ]
 
 
 class ScheduleView(TypedDict):

@@ -3,8 +3,9 @@
 On its own Redis and ZooKeeper (free loopback ports), with one ``emq scheduler`` process:
 
 * **due**: ``due`` schedules (10 000) whose tick is the same minute boundary; the lag of each
-  tick is from its instant to its job stored (the put returned), as the firer records it; target
-  p99 <= 1 s. Every tick must have made exactly one job.
+  tick is from its instant to its job stored (the put returned), as the firer records it, 0 for
+  a job stored ahead of its tick (``EMQ_SCHEDULER_LOOKAHEAD_S``, default 5 s: the firer stores
+  those as delayed jobs due at the tick); target p99 <= 1 s. Every tick must make one job.
 * **idle**: ``idle`` more schedules (100 000) whose next tick is a year away; a fresh firer's CPU
   (its utime + stime over ``idle_s``) and memory (its RSS, and the growth from an empty store);
   targets <= 1 % of a core and <= 50 MB.
@@ -25,6 +26,7 @@ from emq.core.model import Namespace, Tenant, Topic, TopicRef
 from emq.core.schedules import Schedule, ScheduleStore
 from emq.core.settings import Settings
 from emq.rigs.procs import Proc
+from emq.scheduler.settings import SchedulerSettings
 from emq.stack import Service, free_port
 
 PER_TOPIC = 1000  # MAX_SCHEDULES_PER_TOPIC: the schedules are spread over topics
@@ -117,10 +119,12 @@ async def _due(settings: Settings, store: ScheduleStore, n: int, tmp: Path) -> d
             st.last_lag_s for st in states if st.last_tick == tick and st.last_lag_s is not None
         ]
         groups = [g for topic in topics for g in topic.group_refs()]
-        stored = sum(await queues.backlog([q for g in groups for q in g.queues()]))
+        queued = sum(await queues.backlog([q for g in groups for q in g.queues()]))
+        stored = queued + sum(await queues.delayed(groups))  # fired ahead: delayed till the tick
     finally:
         await queues.aclose()
-    p99 = _percentile(lags, 0.99)
+    late = [max(0.0, lag) for lag in lags]  # a job stored ahead of its tick waited for none
+    p99 = _percentile(late, 0.99)
     return {
         "schedules": n,
         "cron": cron,
@@ -128,10 +132,13 @@ async def _due(settings: Settings, store: ScheduleStore, n: int, tmp: Path) -> d
         "ticks_fired": len(lags),
         "jobs_stored": stored,
         "lag_s": {
-            "p50": round(_percentile(lags, 0.5), 3),
+            "p50": round(_percentile(late, 0.5), 3),
             "p99": round(p99, 3),
-            "max": round(max(lags, default=float("nan")), 3),
+            "max": round(max(late, default=float("nan")), 3),
         },
+        "stored_ahead": sum(1 for lag in lags if lag < 0),
+        "earliest_s_before_tick": round(-min(lags, default=0.0), 3),
+        "lookahead_s": SchedulerSettings().lookahead_s,
         "target_p99_s": LAG_TARGET_S,
         "pass": len(lags) == n and stored == n and p99 <= LAG_TARGET_S,
     }

@@ -23,6 +23,10 @@ Why each tick makes exactly one job, whatever crashes or runs twice:
   the next firer puts it again (a duplicate, not a second job) and advances.
 * Ticks are only passed over by the catch-up policy, and counted as skipped.
 
+Ticks within ``lookahead_s`` are fired ahead, by the same steps: the job is stored as a
+delayed job due at the tick (workers move it to its queue within ~0.1 s of the tick), so a
+minute on which thousands of schedules tick is stored before it comes.
+
 The firer reads topics through the config store's cache, so a ZooKeeper outage does not stop
 it for topics it has seen; Redis unavailable stops a pass, which is retried.
 """
@@ -258,7 +262,7 @@ class Firer:
         advances = []
         stored: list[tuple[TopicRef, float, bool]] = []
         for (w, p), result in zip(chosen, results, strict=True):
-            lag = max(0.0, done - p.tick)  # a tick fired ahead was stored before it came
+            lag = done - p.tick  # negative: fired ahead, stored before the tick came
             late = r < w.late
             if r + 1 < len(w.ticks):
                 after = w.ticks[r + 1]

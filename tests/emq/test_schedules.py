@@ -307,7 +307,7 @@ async def test_ticks_within_the_lookahead_are_stored_ahead_as_delayed_jobs() -> 
     assert fired == []
     clock.now = 1016.0  # 4 s away: stored now, due at the tick
     await firer.step()
-    assert [(f.tick, f.lag_s) for f in fired] == [(1020, 0.0)]
+    assert [(f.tick, f.lag_s) for f in fired] == [(1020, -4.0)]  # stored 4 s ahead
     topic = Topic(REF, 100, 3, secret="whsec_x")
     assert sum(await queues.delayed(topic.group_refs())) == 1 and await _stored(queues) == 0
     _, state = await store.get(REF, "s1")

@@ -48,7 +48,9 @@ async function showSchedule(id) {
   const last = s.last_tick;
   $("#schedule-last").textContent = last
     ? `last tick ${tickText(last)}: job ${last.job_id}, ${last.job_state || "no longer known"}` +
-      (last.lag_s == null ? "" : `, stored ${last.lag_s.toFixed(3)} s after the tick`)
+      (last.lag_s == null ? "" : last.lag_s < 0
+        ? `, stored ${(-last.lag_s).toFixed(3)} s ahead of the tick`
+        : `, stored ${last.lag_s.toFixed(3)} s after the tick`)
     : "no tick fired yet";
   $("#schedule-next").replaceChildren(...s.next_ticks.map((t) => el("li", {}, tickText(t))));
 }
