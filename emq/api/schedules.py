@@ -204,7 +204,8 @@ class ScheduleRoutes:
         keep = not (_TIMING & changes.keys()) and state.cursor is not None and not new.paused
         cursor = state.cursor if keep else (None if new.paused else first_tick(new, now))
         state = await self.store.replace(new, cursor)
-        return web.json_response(view(new, state))
+        job = await self._job_state(ref, state.last_job)
+        return web.json_response(view(new, state, job_state=job))
 
     def _changed(self, current: Schedule, changes: dict[str, Any]) -> Schedule:
         fields = dict(changes)
