@@ -38,7 +38,13 @@ _TICK_S = os.sysconf("SC_CLK_TCK")
 
 
 def _env(settings: Settings) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+    """The firer's environment: the bench's servers, and the EMQ_SCHEDULER_* settings given
+    (``EMQ_SCHEDULER_LOOKAHEAD_S=0 emq bench schedules``: every tick fired at its instant)."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("EMQ_") or k.startswith(SchedulerSettings.ENV_PREFIX)
+    }
     return env | {"EMQ_REDIS_URL": settings.redis_url, "EMQ_ZK_HOSTS": settings.zk_hosts}
 
 
@@ -138,7 +144,8 @@ async def _due(settings: Settings, store: ScheduleStore, n: int, tmp: Path) -> d
         },
         "stored_ahead": sum(1 for lag in lags if lag < 0),
         "earliest_s_before_tick": round(-min(lags, default=0.0), 3),
-        "lookahead_s": SchedulerSettings().lookahead_s,
+        "latest_s_before_tick": round(-max(lags, default=0.0), 3),
+        "lookahead_s": float(os.environ.get("EMQ_SCHEDULER_LOOKAHEAD_S", "5")),
         "target_p99_s": LAG_TARGET_S,
         "pass": len(lags) == n and stored == n and p99 <= LAG_TARGET_S,
     }
