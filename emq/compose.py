@@ -18,6 +18,7 @@ from adapters.redis_plans import RedisPlanStore
 from adapters.redis_queue import RedisQueueBackend
 from adapters.redis_queue import connect as connect_redis
 from adapters.redis_replay import RedisReplayStore
+from adapters.redis_schedules import RedisScheduleStore
 from adapters.redis_subscriptions import RedisSubscriptionStore
 from adapters.redis_transactions import RedisTransactionStore
 from adapters.zk_config import connect as connect_zk
@@ -216,3 +217,7 @@ def open_transactions(settings: Settings) -> RedisTransactionStore:
         }
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisTransactionStore(_own_redis(settings), keys, owns_client=True, **wait)
+def open_schedules(settings: Settings) -> RedisScheduleStore:
+    """Schedules, their cursors and the due index (issue 28)."""
+    keys = RedisKeys(settings.redis_key_prefix)
+    return RedisScheduleStore(_own_redis(settings), keys, owns_client=True)

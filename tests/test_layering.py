@@ -51,7 +51,9 @@ class Rule:
 
 RULES = {
     "emq.core": Rule(
-        frozenset({"emq.core"}), frozenset({"yarl", "pydantic", "pydantic_core"}), HTTP_AND_STORES
+        frozenset({"emq.core"}),
+        frozenset({"yarl", "pydantic", "pydantic_core", "cronsim"}),
+        HTTP_AND_STORES,
     ),
     "emq.root": Rule(
         frozenset(PACKAGES) | {"emq.core"},

@@ -13,6 +13,7 @@ POST       /v1/tenants/{tenant}/topics/{topic}/jobs           tenant or admin
 GET        /v1/tenants/{tenant}/topics/{topic}/dlq            tenant or admin
 POST       /v1/tenants/{tenant}/topics/{topic}/dlq/replay     tenant or admin
 GET        /v1/workers                                        admin
+*          .../topics/{topic}/schedules[/{id}] (emq.api.schedules) tenant or admin
 GET        /v1/topics (every visible topic, live numbers)     tenant or admin
 POST/GET   .../topics/{topic}/subscriptions[/{id}] (PATCH,    tenant or admin
            DELETE, POST .../rotate-secret: emq.api.subscriptions)
@@ -46,6 +47,7 @@ from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
 from emq.api import answers, events, jsonbody, plans, replay, subscriptions, transactions, ui
+from emq.api import schedules as schedule_routes
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -88,6 +90,7 @@ from emq.core.model import (
 from emq.core.outbound import check_text
 from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
+from emq.core.schedules import ScheduleStore
 from emq.core.settings import Settings
 from emq.core.subscriptions import SubscriptionStore
 from emq.core.transactions import TransactionStore
@@ -449,6 +452,7 @@ def make_app(
     plan_store: PlanStore | None = None,
     subscription_store: SubscriptionStore | None = None,
     transaction_store: TransactionStore | None = None,
+    schedules: ScheduleStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -490,4 +494,5 @@ def make_app(
     handlers.transactions = transactions.add_routes(app, handlers, transaction_store)
     if transaction_store is not None:
         app.cleanup_ctx.append(transactions.runner_context(handlers, transaction_store))
+    schedule_routes.add_routes(app, handlers, schedules)
     return app

@@ -20,9 +20,11 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
 from emq.api import answers, events_doc, plan_answers, replay, transactions, ui
+from emq.api import schedules as schedule_api
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
+from emq.core.schema import schedules as schema_schedules
 from emq.core.schema import transactions as schema_tx
 from emq.core.schema.endpoints import EndpointEnableIn
 from emq.core.transactions import TRANSACTION_ID_PATTERN
@@ -62,6 +64,60 @@ class Route:
 
 _TOPIC = "/v1/tenants/{tenant}/topics/{topic}"
 _BODY_ERRORS = (400, 408, 422, 503)
+# Schedules (emq.api.schedules): a topic's cron-fired job templates.
+_SCHEDULE_ROUTES = (
+    Route(
+        "post",
+        schedule_api.PATH,
+        "Create a schedule: a job template fired on a cron expression in a time zone, one job "
+        "per tick (docs/concepts/schedules.md)",
+        "tenant",
+        (201, "the schedule", schedule_api.ScheduleView),
+        (*_BODY_ERRORS, 409, 413),
+        schema_schedules.ScheduleIn,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        schedule_api.PATH,
+        "A topic's schedules, by id, each with its next tick",
+        "tenant",
+        (200, "schedules", schedule_api.Schedules),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+    Route(
+        "get",
+        schedule_api.ONE,
+        "A schedule: its last tick fired (job id and the job's state), the next ticks (?next=N, "
+        "default 5) and its counters (fired, late, skipped)",
+        "tenant",
+        (200, "the schedule", schedule_api.ScheduleView),
+        (422, 503),
+        query=schema_schedules.ScheduleQuery,
+    ),
+    Route(
+        "patch",
+        schedule_api.ONE,
+        "Change a schedule (at least one field); pause and resume are {\"paused\": true|false}. "
+        "A change to its timing computes the next tick again from now",
+        "tenant",
+        (200, "the schedule", schedule_api.ScheduleView),
+        (*_BODY_ERRORS, 413),
+        schema_schedules.SchedulePatch,
+        schema.NamespaceQuery,
+    ),
+    Route(
+        "delete",
+        schedule_api.ONE,
+        "Delete a schedule (jobs it enqueued stay)",
+        "tenant",
+        (200, "deleted", schedule_api.ScheduleDeleted),
+        (422, 503),
+        query=schema.NamespaceQuery,
+    ),
+)
+
 ROUTES = (
     Route(
         "post",
@@ -330,6 +386,7 @@ ROUTES = (
     Route("get", "/healthz", "Liveness and backends", "none", (200, "ok", answers.Health)),
     Route("get", "/metrics", "Prometheus metrics (text)", "none", (200, "metrics", None), ()),
     Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
+    *_SCHEDULE_ROUTES,
 )
 
 ROUTES += events_doc.routes(Route)  # subscriptions and events (emq.api.events_doc)
@@ -398,6 +455,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
         replay_id = {"type": "string", "pattern": REPLAY_ID_PATTERN}
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})
     params += events_doc.path_parameters(route.path)
+    if "{schedule}" in route.path:
+        named = {"name": "schedule", "in": "path", "required": True, "schema": _name_schema()}
+        params.append(named)
     if "{name}" in route.path:
         schema_ = {"type": "string", "enum": sorted(ui.FILES)}
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})

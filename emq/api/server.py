@@ -23,7 +23,7 @@ import os
 import resource
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -42,12 +42,16 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_schedules,
     open_signal_routes,
     open_subscriptions,
     open_transactions,
 )
 from emq.core.errors import ConfigError
+from emq.core.interfaces import ConfigStore, JobProducer
+from emq.core.schedules import ScheduleStore
 from emq.core.settings import Settings
+from emq.scheduler.settings import SchedulerSettings
 
 log = logging.getLogger(__name__)
 
@@ -148,8 +152,34 @@ def _raise_open_files_limit(wanted: int) -> None:
             )
 
 
+def firing(
+    store: ScheduleStore, config: ConfigStore, queues: JobProducer, settings: SchedulerSettings
+) -> Callable[[web.Application], AsyncIterator[None]]:
+    """A cleanup context that runs a schedule firer while the app runs, its metrics on the
+    app's ``/metrics``."""
+
+    async def context(app: web.Application) -> AsyncIterator[None]:
+        from emq.api.app import API_KEY
+        from emq.scheduler.firer import Firer, SchedulerMetrics
+
+        metrics = SchedulerMetrics(app[API_KEY].metrics.registry)
+        firer = Firer(store, config, queues, settings, metrics=metrics)
+        stop = asyncio.Event()
+        task = asyncio.create_task(firer.run(stop), name="schedule-firer")
+        yield
+        stop.set()
+        await task
+
+    return context
+
+
 async def serve(
-    settings: Settings, api: ApiSettings, host: str, port: int, listening: Listening = ALONE
+    settings: Settings,
+    api: ApiSettings,
+    host: str,
+    port: int,
+    listening: Listening = ALONE,
+    scheduler: SchedulerSettings | None = None,
 ) -> None:
     routes, route_watch = open_signal_routes(settings)  # puts address hints to the owners
     try:
@@ -174,6 +204,7 @@ async def serve(
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
     subscriptions = open_subscriptions(settings)
+    schedules = open_schedules(settings)
     app = make_app(
         settings,
         api,
@@ -187,8 +218,12 @@ async def serve(
         plan_store=plans,
         subscription_store=subscriptions,
         transaction_store=transaction_store,
+        schedules=schedules,
     )
     app.middlewares.insert(0, drain.middleware)
+    scheduler = scheduler or SchedulerSettings()
+    if scheduler.in_api:  # every API process fires schedules too (emq.scheduler.firer)
+        app.cleanup_ctx.append(firing(schedules, config, queues, scheduler))
     runner = make_runner(app, api)
     _raise_open_files_limit(api.max_connections + SPARE_FILES)
     try:
@@ -217,6 +252,7 @@ async def serve(
         await runner.cleanup()
         await plans.aclose()
         await subscriptions.aclose()
+        await schedules.aclose()
         await fleet.aclose()
         await replays.aclose()
         await transaction_store.aclose()

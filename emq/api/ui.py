@@ -35,6 +35,7 @@ FILES = {
     "app.js": "text/javascript",
     "replays.js": "text/javascript",
     "subscriptions.js": "text/javascript",
+    "schedules.js": "text/javascript",
     "app.css": "text/css",
 }
 MAX_TOPICS = 500  # a console row each: beyond that a table is no longer read, and each costs reads

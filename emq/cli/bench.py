@@ -69,6 +69,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = peers.run(args.duration_s or 5.0, say=lambda s: print(s, file=sys.stderr))
         print(json.dumps(doc, indent=2) if args.json else peers.summary(doc))
         return 0
+    if args.name == "schedules":  # issue 28: the schedule firer (emq.bench.schedules)
+        from emq.bench import schedules
+
+        doc = schedules.run(idle_s=args.duration_s or 20.0)
+        print(json.dumps(doc, indent=2) if args.json else schedules.summary(doc))
+        return 0 if doc["pass"] else 1
     if args.name == "push-clients":  # issue 14: the push path's HTTP client candidates
         from emq.bench import push_clients
 
@@ -188,6 +194,7 @@ def add_commands(sub: Subparsers) -> None:
             "signals",
             "fanout",
             "transactions",
+            "schedules",
             "all",
         ],
     )

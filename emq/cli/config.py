@@ -32,9 +32,16 @@ def sections() -> Mapping[str, type[Any]]:
     from allocator.settings import FleetSettings
     from emq.api.settings import ApiSettings
     from emq.core.settings import Settings
+    from emq.scheduler.settings import SchedulerSettings
     from worker.settings import WorkerSettings
 
-    return {CORE: Settings, "api": ApiSettings, "worker": WorkerSettings, "fleet": FleetSettings}
+    return {
+        CORE: Settings,
+        "api": ApiSettings,
+        "worker": WorkerSettings,
+        "fleet": FleetSettings,
+        "scheduler": SchedulerSettings,
+    }
 
 
 EXTRA = "files"  # the section `config show` lists EXTRA_ENV under

@@ -24,6 +24,7 @@ from emq.cli import (
     enqueue,
     fleet,
     jobs,
+    schedules,
     services,
     subscriptions,
     tenants,
@@ -76,6 +77,7 @@ def build_parser() -> argparse.ArgumentParser:
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)
+    schedules.add_commands(sub)
     return parser
 
 

@@ -60,13 +60,14 @@ def cmd_api(args: argparse.Namespace, settings: Settings) -> int:
     url = urlsplit(settings.api_url)
     host = args.host or url.hostname or "127.0.0.1"
     port = args.port or url.port or 8080
+    scheduler = args.sections["scheduler"]
     if workers == 1:
-        uvloop.run(serve(settings, api, host, port))
+        uvloop.run(serve(settings, api, host, port, scheduler=scheduler))
         return 0
     from emq.api.supervisor import Supervisor
 
     def child(listening: Listening) -> None:
-        uvloop.run(serve(settings, api, host, port, listening))
+        uvloop.run(serve(settings, api, host, port, listening, scheduler))
 
     return Supervisor(child, workers, host, port, grace_s=api.shutdown_grace_s).run()
 

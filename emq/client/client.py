@@ -430,6 +430,89 @@ class Client(SubscriptionMethods):
         query = self._topic_query(namespace) | {"limit": str(limit)}
         return await self._object("GET", path, query=query)
 
+    # ------------------------------------------------------------------ schedules
+
+    async def create_schedule(
+        self,
+        tenant: str,
+        topic: str,
+        cron: str,
+        job: Mapping[str, Any],
+        *,
+        schedule_id: str | None = None,
+        timezone: str | None = None,
+        namespace: str | None = None,
+        **options: Any,
+    ) -> dict[str, Any]:
+        """Create a schedule (docs/concepts/schedules.md): ``job`` is the template (url, method,
+        headers, body, priority, key); ``options`` are start_at, end_at, catch_up,
+        catch_up_max, paused. Answers the schedule with its next ticks."""
+        body: dict[str, Any] = {"cron": cron, "job": dict(job), **options}
+        if schedule_id is not None:
+            body["id"] = schedule_id
+        if timezone is not None:
+            body["timezone"] = timezone
+        path = self._topic_path(tenant, topic, "schedules")
+        return await self._object("POST", path, body=body, query=self._topic_query(namespace))
+
+    async def list_schedules(
+        self, tenant: str, topic: str, *, namespace: str | None = None
+    ) -> list[dict[str, Any]]:
+        """A topic's schedules, by id."""
+        path = self._topic_path(tenant, topic, "schedules")
+        found = await self._object("GET", path, query=self._topic_query(namespace))
+        return list(found["schedules"])
+
+    async def get_schedule(
+        self,
+        tenant: str,
+        topic: str,
+        schedule_id: str,
+        *,
+        next_ticks: int | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        """One schedule: its last tick (job id and state), the next ticks (5, or ``next_ticks``)."""
+        query = self._topic_query(namespace)
+        if next_ticks is not None:
+            query["next"] = str(next_ticks)
+        path = self._topic_path(tenant, topic, "schedules", schedule_id)
+        return await self._object("GET", path, query=query)
+
+    async def update_schedule(
+        self,
+        tenant: str,
+        topic: str,
+        schedule_id: str,
+        *,
+        namespace: str | None = None,
+        **changes: Any,
+    ) -> dict[str, Any]:
+        """Change a schedule's fields (cron, timezone, job, start_at, end_at, catch_up,
+        catch_up_max, paused)."""
+        path = self._topic_path(tenant, topic, "schedules", schedule_id)
+        query = self._topic_query(namespace)
+        return await self._object("PATCH", path, body=changes, query=query)
+
+    async def pause_schedule(
+        self, tenant: str, topic: str, schedule_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        return await self.update_schedule(tenant, topic, schedule_id, namespace=namespace,
+                                          paused=True)  # fmt: skip
+
+    async def resume_schedule(
+        self, tenant: str, topic: str, schedule_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Resume a paused schedule: from its next tick after now (paused ticks are not fired)."""
+        return await self.update_schedule(tenant, topic, schedule_id, namespace=namespace,
+                                          paused=False)  # fmt: skip
+
+    async def delete_schedule(
+        self, tenant: str, topic: str, schedule_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        path = self._topic_path(tenant, topic, "schedules", schedule_id)
+        return await self._object("DELETE", path, query=self._topic_query(namespace))
+
     # ------------------------------------------------------------------ capacity plans (admin)
 
     async def publish_plan(

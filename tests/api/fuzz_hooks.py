@@ -13,7 +13,10 @@ schemathesis re-reads whether a mended body is valid). The server refuses each b
   allowed in the fuzzed API's EMQ_PUSH_ALLOW_CIDRS): replaced by one that is;
 * a paced replay (``.../dlq/replays``) takes ids or a time window, not both (the window
   dropped), ``since`` not after ``until`` (swapped), and ids of the topic's groups (the fuzzed
-  topic has one: group 0).
+  topic has one: group 0);
+* a schedule's cron expression and time zone must be ones cronsim and zoneinfo know (replaced
+  by ``*/5 * * * *`` and ``UTC``), its ``end_at`` not before its ``start_at`` (swapped), and
+  its job template is mended as a job is.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from emq.api.transactions import check_url
 from emq.core.errors import InvalidInput
 from emq.core.model import RetryPolicy
 from emq.core.outbound import push_url
+from emq.core.schedules import parse_cron, parse_zone
 
 _RETRY = RetryPolicy()
 _SENDABLE = "https://example.com/hook"
@@ -86,6 +90,21 @@ def _mend_check_url(body: dict[str, Any]) -> None:
             body["check_url"] = _SENDABLE
 
 
+def _mend_schedule(body: dict[str, Any]) -> None:
+    for name, parse, fallback in (("cron", parse_cron, "*/5 * * * *"), ("timezone", parse_zone,
+                                                                          "UTC")):  # fmt: skip
+        value = body.get(name)
+        if isinstance(value, str) and 0 < len(value) <= (200 if name == "cron" else 64):
+            try:
+                parse(value)
+            except InvalidInput:
+                body[name] = fallback
+    start, end = body.get("start_at"), body.get("end_at")
+    if _number(start) and _number(end) and 0 <= end < start <= 4_102_444_800:
+        body["start_at"], body["end_at"] = end, start
+    _mend_job(body.get("job"))
+
+
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     body = case.body
@@ -94,6 +113,8 @@ def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
     _mend_check_url(body)
     _mend_retry(body.get("retry"))
     _mend_replay(body)
+    if "cron" in body or "timezone" in body or "job" in body:
+        _mend_schedule(body)
     jobs = body.get("jobs")
     for job in jobs if isinstance(jobs, list) else [body]:
         _mend_job(job)
