@@ -21,9 +21,9 @@ from pathlib import Path
 
 from emq.bench.rig import Rig
 from emq.core.errors import BackendUnavailable
-from emq.stack import DEPLOY_DIR
+from emq.stack import SCRIPTS_DIR
 
-SCRIPT = DEPLOY_DIR / "redis-cluster.sh"
+SCRIPT = SCRIPTS_DIR / "redis-cluster.sh"
 NODES = 6  # three masters and their replicas
 
 
