@@ -138,8 +138,7 @@ class SpareLaneLog(GrantLog):
     told at once when later, ``PushRequest.written``), so any 1000 ms at the receiver lies in a
     window of the log and holds at most ``qps + burst + 1`` of the group. aiohttp's writes are
     late now and then past its margin (see above), which that slack covers: it keeps GrantLog.
-    Measured (`emq bench dispatch --workload W3 --competitor --json`): docs/benchmarks.md, W3
-    paragraphs "fourth session" onwards, and the README's table."""
+    Measured by `emq bench dispatch --workload W3 --competitor --json` (docs/benchmarks.md)."""
 
     __slots__ = ()
     spare = 1

@@ -1,6 +1,6 @@
 """Tenant quota on a worker: a capped tenant's topics share its cap, across the fleet.
 
-A tenant may have a cap per namespace (``Tenant.qps_caps``, README "Tenant quota"). Every
+A tenant may have a cap per namespace (``Tenant.qps_caps``, docs/concepts/quotas.md). Every
 ``PERIOD_S`` each worker that owns groups of a capped tenant publishes how each of that tenant's
 topics fares on it (backlogged or not, deliveries a second) on the demand board
 (:class:`~emq.core.demand.DemandBoard`: one round trip a period for all its tenants, none per

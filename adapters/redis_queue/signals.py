@@ -34,7 +34,7 @@ shared keys, where its owner reads it; shared hints are never handed on, so noth
 
 Migration: the shared keys are the old layout's keys, read by every addressed worker, and each
 reindex moves a group's shared due entry into its owner's index, so signals and due entries
-written before the change are found (see the README's "Ready signals and due indexes").
+written before the change are found (docs/design/signals.md).
 """
 
 from __future__ import annotations

@@ -56,7 +56,7 @@ class RetryView(TypedDict):
 
 
 class EndpointsView(TypedDict):
-    """A topic's per-endpoint flow control (README "Endpoint flow control")."""
+    """A topic's per-endpoint flow control (docs/concepts/flow-control.md)."""
 
     adaptive: bool
     decrease: float

@@ -252,7 +252,7 @@ class Api:
         return web.json_response(answers.Tenants(tenants=[tenant_row(t) for t in tenants]))
 
     async def patch_tenant(self, request: web.Request) -> web.Response:
-        """Set or remove the tenant's cap in a namespace (README "Tenant quota")."""
+        """Set or remove the tenant's cap in a namespace (docs/concepts/quotas.md, tenant caps)."""
         await self.auth.admin(request)
         name = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TenantPatch, await self._object(request))

@@ -1,6 +1,6 @@
 """``GET /v1/tenants/{t}/topics/{topic}/jobs/{id}``: one job's state, and why it waits.
 
-The answer is ``{"id", "topic", "state", "reason", ...}`` (README, "Job status"). It is built
+The answer is ``{"id", "topic", "state", "reason", ...}`` (docs/concepts/job-status.md). It is built
 from :class:`~emq.core.jobs.JobFacts` (one Redis round trip) and the topic's configuration:
 
 * exact: ``delayed`` (its due time), ``retry_wait``/``delivered``/``dead`` (the worker's record

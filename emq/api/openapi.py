@@ -191,7 +191,7 @@ ROUTES = (
     Route(
         "get",
         _TOPIC + "/jobs/{id}",
-        'One job\'s state and, while it waits, why (README, "Job status")',
+        "One job's state and, while it waits, why (docs: concepts/job-status.md)",
         "tenant",
         (200, "the job's status", answers.JobStatus),
         (422, 503),

@@ -37,7 +37,7 @@ class Delivery:
 @dataclass(frozen=True, slots=True)
 class Quota:
     """What a topic may deliver: ``qps`` per second, +1 of slack per group, and with a
-    ``burst`` (README "Burst") that many more in any window: ``qps + burst + groups``."""
+    ``burst`` (docs/concepts/quotas.md) that many more in any window: ``qps + burst + groups``."""
 
     qps: int
     groups: int = 1

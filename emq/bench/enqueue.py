@@ -10,7 +10,7 @@ with its defaults; ``producer_send_loop_jobs_per_s``, until every job is answere
 ``durability`` (``EMQ_DURABILITY``): ``default`` (Redis with ``appendfsync everysec``),
 ``fsync`` (Redis started with ``appendfsync always``) or ``replica`` (plus one replica started
 by ``deploy/redis.sh --replicaof``; each put waits for its acknowledgement). :func:`compare`
-runs the three one after the other, on fresh servers each, for the README's cost table.
+runs the three one after the other, on fresh servers each, for docs/guides/durability.md.
 """
 
 from __future__ import annotations

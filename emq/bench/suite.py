@@ -1,4 +1,4 @@
-"""``emq bench all``: every benchmark of EMQ in one run, as one JSON document and a README table.
+"""``emq bench all``: every benchmark of EMQ in one run, as one JSON document and a markdown table.
 
 The parts, each run as ``emq bench <name>`` runs it (its own servers on free loopback ports,
 stopped afterwards) and each result carrying the machine's description:
@@ -9,7 +9,7 @@ stopped afterwards) and each result carrying the machine's description:
   (``emq fleet simulate``, no ZooKeeper: the figures are the algorithm's);
 * ``plan`` — the Spark jobs over ``--rows`` rows of synthetic history (``spark/bench.py``).
 
-:func:`table` turns the document into the markdown table in the README: one line per figure
+:func:`table` turns the document into a markdown table (docs/benchmarks.md): one line per figure
 with its target, the figure as measured and whether it was met. This machine class is shared and
 noisy: run it when nothing else runs, and read the ``contention`` each dispatch result carries.
 """
@@ -171,7 +171,7 @@ _DISPATCH_EXTRA = {
 
 
 def table(doc: dict[str, Any]) -> str:
-    """The README's benchmark table: a heading line with date and machine, then the figures."""
+    """The benchmark table in markdown: a heading line with date and machine, then the figures."""
     m = doc["machine"]
     head = (
         f"Measured {doc['date']} on {m['cores']} cores ({m['cpu']}), {m['memory_gib']} GiB, "

@@ -1,6 +1,6 @@
 """``emq topic set-endpoints|enable-endpoint``, and the endpoint lines of ``topic show``.
 
-Per-endpoint flow control (README "Endpoint flow control"): ``set-endpoints`` changes a topic's
+Per-endpoint flow control (docs/concepts/flow-control.md): ``set-endpoints`` changes a topic's
 policy (only the flags given), ``enable-endpoint`` re-enables an endpoint the workers disabled
 after repeated failures, and ``topic show`` lists each endpoint's state, rate and why.
 """

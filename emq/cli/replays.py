@@ -1,6 +1,6 @@
 """``emq dlq replay --rate``, ``emq dlq replays``, ``emq dlq cancel``: paced DLQ replays.
 
-A paced replay (README "Replaying dead letters") moves a topic's dead letters back into its
+A paced replay (docs/concepts/replays.md) moves a topic's dead letters back into its
 queues at its rate (letters moved per second): they are then delivered with the live jobs
 within the topic's quota, so a replay never takes more than its rate of the quota, and under a
 live backlog its letters go out more slowly than that (worker.replay); these commands start

@@ -243,8 +243,8 @@ def add_commands(sub: Subparsers) -> None:
             func,
             role="admin",
             help=f"change {text} (admin)",
-            description=f'Change a topic\'s {name[4:]}: {text} (README "Tenant quota", '
-            '"Burst"); workers apply it within 2 s.',
+            description=f"Change a topic's {name[4:]}: {text} (docs/concepts/quotas.md: tenant "
+            "caps, burst); workers apply it within 2 s.",
         )
         tenant_and_topic(p)
         p.add_argument("n", metavar="N", type=int, help=f"the new {name[4:]}")

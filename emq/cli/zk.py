@@ -103,7 +103,7 @@ def _key(acl: list[Any]) -> set[tuple[int, str, str]]:
 def _refused(path: str) -> str:
     return (
         f"ZooKeeper refused access to {path}: it is secured with other credentials (set "
-        "EMQ_ZK_PREVIOUS_AUTH to them, or run as the server's superuser; see README)"
+        "EMQ_ZK_PREVIOUS_AUTH to them, or run as the server's superuser; docs/guides/zookeeper.md)"
     )
 
 
@@ -112,8 +112,8 @@ def add_zk_commands(sub: Subparsers) -> None:
     zk = sub.add_parser(
         "zk",
         help="EMQ's ZooKeeper tree: access control",
-        description="Manage the ACLs of EMQ's ZooKeeper nodes (EMQ_ZK_AUTH; README, 'Data at "
-        "rest').",
+        description="Manage the ACLs of EMQ's ZooKeeper nodes (EMQ_ZK_AUTH; docs/guides/"
+        "zookeeper.md, 'Access control').",
     )
     actions = zk.add_subparsers(dest="action", metavar="ACTION", required=True)
     secure_p = actions.add_parser(

@@ -330,7 +330,7 @@ class Client(SubscriptionMethods):
     async def job_status(
         self, tenant: str, topic: str, job_id: str, *, namespace: str | None = None
     ) -> dict[str, Any]:
-        """One job's state and, while it waits, why (README, "Job status")."""
+        """One job's state and, while it waits, why (docs/concepts/job-status.md)."""
         path = self._topic_path(tenant, topic, "jobs", job_id)
         return await self._object("GET", path, query=self._topic_query(namespace))
 
@@ -364,7 +364,7 @@ class Client(SubscriptionMethods):
         rate: float | None = None,
         namespace: str | None = None,
     ) -> dict[str, Any]:
-        """Start a paced replay (README "Replaying dead letters"); the replay with its ``id``."""
+        """Start a paced replay (docs/concepts/replays.md); the replay with its ``id``."""
         fields = {"ids": None if ids is None else list(ids), "since": since, "until": until}
         body = {k: v for k, v in {**fields, "rate": rate}.items() if v is not None}
         path = self._topic_path(tenant, topic, "dlq", "replays")

@@ -90,7 +90,7 @@ class Tenant:
     display_name: str = ""
     token_sha256: str = ""
     created_at: float = 0.0
-    # Tenant-level quota per namespace (README "Tenant quota"): namespace value -> the QPS all
+    # Tenant-level quota per namespace (docs/concepts/quotas.md): namespace value -> the QPS all
     # of the tenant's topics in that namespace share. Absent: no cap (each topic its own quota).
     qps_caps: Mapping[str, int] = field(default_factory=dict, compare=True)
 
@@ -138,7 +138,7 @@ class RetryPolicy:
 
 MAX_TOPIC_QPS = 1_000_000
 MAX_TOPIC_WEIGHT = 1000
-# Dead-letter retention per group of a topic (README "Data at rest"): a DLQ keeps at most this
+# Dead-letter retention per group of a topic (docs/guides/data-at-rest.md): a DLQ keeps at most this
 # many letters, none older than this; older ones are trimmed when letters are added and by the
 # owning worker's slow timer. Trims are approximate (whole stream nodes): a little over either.
 DLQ_MAX_ENTRIES = 100_000
@@ -182,7 +182,7 @@ class Topic:
     endpoints: EndpointPolicy = field(default_factory=EndpointPolicy)  # emq.core.endpoints
     # Its share of its tenant's cap, relative to the tenant's other backlogged topics.
     weight: int = 1
-    # Jobs that may go above the steady pace after idle (README "Burst"; 0: none).
+    # Jobs that may go above the steady pace after idle (docs/concepts/quotas.md; 0: none).
     burst: int = 0
     # What an open transaction's check-back applies when its bound is reached without an
     # answer (emq.core.transactions): "rollback" or "commit".

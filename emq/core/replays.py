@@ -28,7 +28,7 @@ from typing import Protocol
 from emq.core.model import GroupRef, TopicRef
 
 # The rate of a replay created without one: this fraction of the topic's quota at creation.
-# Live jobs then keep at least ~95% of what the topic delivers (README "Replaying dead letters").
+# Live jobs then keep at least ~95% of what the topic delivers (docs/concepts/replays.md).
 DEFAULT_RATE_FRACTION = 0.05
 MIN_RATE = 0.1  # letters per second: slower would look like a stuck replay
 REPLAY_ID_PATTERN = r"^rpl_[0-9a-z]{20}$"

@@ -142,7 +142,7 @@ _not_empty = matching(r".+", "set (not empty)")
 
 
 class Durability(enum.Enum):
-    """What a 202 waits for (see the README's "What 202 means")."""
+    """What a 202 waits for (docs/guides/durability.md)."""
 
     DEFAULT = "default"  # written to Redis (AOF fsync'd by the server every second)
     FSYNC = "fsync"  # the API refuses to start unless Redis runs `appendfsync always`
@@ -170,7 +170,7 @@ class Settings:
     zk_root: str = setting("/emq", _zk_root)
     zk_session_timeout_s: float = setting(10.0, greater_than(0))
     # ZooKeeper digest credentials: when set, every process authenticates with them and EMQ's
-    # nodes are created readable and writable by that identity only (README, "Data at rest").
+    # nodes are created readable and writable by that identity only (docs/guides/zookeeper.md).
     zk_auth: str = setting("", _zk_auth, secret=True)
     # While rotating zk_auth: the old credentials, also authenticated and granted on new nodes.
     zk_previous_auth: str = setting("", _zk_auth, secret=True)

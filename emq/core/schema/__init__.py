@@ -13,7 +13,7 @@ lone surrogates, ``max_delay_s >= base_delay_s``. Those are described in the sch
 
 Why pydantic: its errors carry the location as data (dict keys included, so a bad header is
 ``headers.X-A``), its JSON Schema output is OpenAPI 3.1's dialect, and its Rust core validates a
-1000-job batch faster than the hand-written checks it replaces (figures in the README).
+1000-job batch faster than the hand-written checks it replaces (docs/benchmarks.md).
 
 Importing this package builds the validators (pydantic is imported here only); the core model
 imports it lazily, when something is parsed, so ``emq --help`` does not pay for it.
