@@ -34,7 +34,9 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
+from adapters.redis_attempts import RedisAttemptStore, add_writes, run_pipeline
 from adapters.redis_conn import OwnedClient
+from emq.core.attempts import AttemptWrite, IndexEntry
 from emq.core.errors import BackendUnavailable
 from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore
 from emq.core.model import PRIORITIES, GroupRef, QueueRef
@@ -140,26 +142,48 @@ class RedisJobStore(OwnedClient, JobStore):
         *,
         ttl_s: int = 600,
         owns_client: bool = False,
+        attempt_budget_bytes: int = 256 * 1024 * 1024,
     ) -> None:
         super().__init__(client, owns_client=owns_client)
         self._keys = keys
         self.ttl_s = ttl_s
         self._find = client.register_script(FIND)
+        self.attempt_budget_bytes = attempt_budget_bytes
+        self.attempt_store = RedisAttemptStore(client, keys, ttl_s, self.latest)
 
     def _bucket(self, now_s: float) -> int:
         return int(now_s // self.ttl_s)
 
     async def _run(self, what: str, pipe: Any) -> list[Any]:
-        try:
-            replies: list[Any] = await pipe.execute()
-        except _UNAVAILABLE as e:
-            raise BackendUnavailable(f"redis unavailable during {what}: {e}") from e
-        return replies
+        return await run_pipeline(what, pipe)
 
-    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
-        if not records or self.ttl_s <= 0:
-            return
+    async def latest(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The latest record of each job (None: none retained); one round trip."""
+        if not job_ids or self.ttl_s <= 0:
+            return [None] * len(job_ids)
         bucket = self._bucket(time.time())
+        pipe = self._client.pipeline(transaction=False)
+        for job_id in job_ids:
+            shard = _shard(job_id)
+            pipe.hget(self._keys.job_records(bucket, shard), job_id)
+            pipe.hget(self._keys.job_records(bucket - 1, shard), job_id)
+        replies = await self._run("job records", pipe)
+        return [_latest(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
+
+    async def trim_attempts(self) -> None:
+        await self.attempt_store.trim(self.attempt_budget_bytes)
+
+    async def record(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        attempts: Sequence[AttemptWrite] = (),
+        index: Sequence[IndexEntry] = (),
+        delivered: Sequence[tuple[QueueRef, int, bytes]] = (),
+    ) -> None:
+        if not (records or delivered) or self.ttl_s <= 0:
+            return
+        now = time.time()
+        bucket = self._bucket(now)
         expire_at = (bucket + 2) * self.ttl_s
         # One HSET's arguments per shard, built flat (a record per delivered job: no dict, no
         # copy of it into arguments); a job twice in a batch keeps its later record, as HSET
@@ -176,6 +200,7 @@ class RedisJobStore(OwnedClient, JobStore):
                 key = self._keys.job_records(bucket, shard)
                 pipe.execute_command("HSET", key, *fields)
                 pipe.expireat(key, expire_at)
+        add_writes(pipe, self._keys, self.ttl_s, now, attempts, index, delivered)
         await self._run("job records", pipe)
 
     async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:

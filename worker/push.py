@@ -25,6 +25,7 @@ import email.utils
 import logging
 import ssl
 import time
+from collections.abc import Mapping
 
 import aiohttp
 from yarl import URL
@@ -53,6 +54,19 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     except (TypeError, ValueError):
         return None
     return min(max(0.0, when.timestamp() - now), MAX_RETRY_AFTER_S)
+
+
+def _meta(
+    headers: Mapping[str, str], raw_after: str | None, body: bytes, keep: int
+) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None]:
+    """What the attempt log keeps of an answer (:attr:`PushResult.meta`)."""
+    ctype, clen = headers.get("Content-Type"), headers.get("Content-Length")
+    return (
+        None if raw_after is None else raw_after.encode("latin-1", "replace"),
+        None if ctype is None else ctype.encode("latin-1", "replace"),
+        None if clen is None else clen.encode("latin-1", "replace"),
+        body[:keep] if keep else None,
+    )
 
 
 class PushExecutor(Pusher):
@@ -136,9 +150,12 @@ class PushExecutor(Pusher):
                 data=request.body,
                 allow_redirects=False,
             ) as response:
-                await response.content.read(self._settings.max_response_bytes)
-                retry_after = parse_retry_after(response.headers.get("Retry-After"), time.time())
-                return PushResult(response.status, time.perf_counter() - start, retry_after)
+                body = await response.content.read(self._settings.max_response_bytes)
+                raw_after = response.headers.get("Retry-After")
+                retry_after = parse_retry_after(raw_after, time.time())
+                meta = _meta(response.headers, raw_after, body, request.excerpt_bytes)
+                elapsed = time.perf_counter() - start
+                return PushResult(response.status, elapsed, retry_after, meta=meta)
         except DeliveryError:
             raise
         except TimeoutError:

@@ -183,6 +183,7 @@ class Worker:
         self._start("history", self.recorder.run(self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag())
         self._start("snapshots", self.joblog.run(self.groups))
+        self._start("attempt trim", self.joblog.trim())
         if self.endpoint_board is not None:
             self._start("endpoints", report_loop(self.endpoint_board, self.id, self.topics))
         self._start("tenant-quota", self.tenant_quota.run())
@@ -416,6 +417,7 @@ class Worker:
             state.endpoint,
             partial(self._gate, group, item),
             partial(self._written_late, group, item) if self._exact else None,
+            state.topic.response_excerpt_bytes,
         )
         try:
             result = await self.pusher.push(request)

@@ -41,7 +41,7 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
-from emq.api import answers, jsonbody, plans, replay, ui
+from emq.api import answers, attempts, jsonbody, plans, replay, ui
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
@@ -213,6 +213,7 @@ class Api:
             "endpoints": cast(answers.EndpointsView, topic.endpoints.view()),
             "weight": topic.weight,
             "burst": topic.burst,
+            **attempts.topic_view(topic),  # type: ignore[typeddict-item]
         }
         if secret:
             out["secret"] = topic.secret
@@ -468,5 +469,6 @@ def make_app(
     )
     ui.add_routes(app, handlers)
     replay.add_routes(app, handlers, replays)
+    attempts.add_routes(app, handlers, replays)
     plans.add_routes(app, handlers, plan_store)
     return app

@@ -20,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
 from emq.api import answers, plan_answers, replay, ui
+from emq.api import attempts as attempt_routes
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
 from emq.core.schema import replays as schema_replay
@@ -268,6 +269,7 @@ ROUTES = (
     Route("get", "/healthz", "Liveness and backends", "none", (200, "ok", answers.Health)),
     Route("get", "/metrics", "Prometheus metrics (text)", "none", (200, "metrics", None), ()),
     Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
+    *attempt_routes.openapi_routes(Route),
 )
 
 

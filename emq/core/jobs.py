@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from emq.core.attempts import AttemptStore, AttemptWrite, IndexEntry
 from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -228,12 +229,27 @@ class JobStore(abc.ABC):
     """Job records and group snapshots (written by workers), and the per-job lookup (the API)."""
 
     ttl_s: int = 600  # how long records stay readable (0: none are kept)
+    attempt_store: AttemptStore | None = None  # the attempt log's reads (emq.core.attempts)
 
     @abc.abstractmethod
-    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
-        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention; one
-        round trip. Best effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the
-        caller drops them)."""
+    async def record(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        attempts: Sequence[AttemptWrite] = (),
+        index: Sequence[IndexEntry] = (),
+        delivered: Sequence[tuple[QueueRef, int, bytes]] = (),
+    ) -> None:
+        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention, with
+        the ``attempts`` (job id, attempt number, :meth:`Attempt.encode`), their search
+        ``index`` entries and the ``delivered`` jobs a topic keeps for redeliveries (the
+        delivered-log key of their group, keep ms, the envelope); one round trip. Best
+        effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the caller drops
+        them)."""
+
+    async def trim_attempts(self) -> None:
+        """Keep the attempt log within its byte budget and the indexes within the retention
+        (a store without an attempt log has nothing to trim)."""
+        return None
 
     @abc.abstractmethod
     async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:

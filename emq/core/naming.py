@@ -103,6 +103,30 @@ class RedisKeys:
         however many groups it serves."""
         return f"{self.prefix}:jobs:{bucket}:{shard}"
 
+    def attempts(self, bucket: int, shard: int) -> str:
+        """Hash ``<job id>.<attempt>`` -> the attempt's record, for one time slice and one
+        shard of the job ids (expires with the job records; emq.core.attempts)."""
+        return f"{self.prefix}:att:{bucket}:{shard}"
+
+    def attempt_bytes(self) -> str:
+        """Hash time slice -> bytes of attempts written in it (the namespace's byte budget)."""
+        return f"{self.prefix}:att:bytes"
+
+    def job_index(self, topic: str, what: str) -> str:
+        """Sorted set of a topic's job ids by their latest outcome's time: ``what`` is a state
+        (``s:dead``), or a hash of a ``key`` (``k:...``) or an ``idempotency_key`` (``i:...``).
+        Expires with the job records; trimmed to them."""
+        return f"{self.prefix}:jx:{escape(topic)}:{what}"
+
+    def indexed_topics(self) -> str:
+        """Set of the topics with search indexes (for their trims)."""
+        return f"{self.prefix}:jx:topics"
+
+    def delivered_log(self, group: GroupRef) -> str:
+        """Stream of the group's delivered jobs as delivered (entry id: the delivery time),
+        kept for the topic's ``keep_delivered_s`` for redeliveries."""
+        return self._group_key(group, "delivered")
+
     def group_snapshots(self) -> str:
         """Hash ``str(GroupRef)`` -> what the group's owner last said it waits for (with the
         time it said it: an old one says nothing). One field per group ever snapshotted."""

@@ -18,6 +18,7 @@ from emq.core.model import (
     RetryPolicy,
     Topic,
 )
+from emq.core.schema.attempts import ExcerptBytes, KeepDeliveredS, TopicCallbackUrl
 from emq.core.schema.common import (
     DEAD_LETTER_ID_PATTERN,
     MAX_REPLAY,
@@ -122,6 +123,10 @@ class TopicIn(IntegralBody):
     endpoints: EndpointsIn = Field(default_factory=EndpointsIn)  # emq.core.schema.endpoints
     weight: Weight = 1
     burst: Burst = 0
+    response_excerpt_bytes: ExcerptBytes = 0
+    callback_url: TopicCallbackUrl = ""
+    failure_callback_url: TopicCallbackUrl = ""
+    keep_delivered_s: KeepDeliveredS = 0
 
 
 class TopicPatch(IntegralBody):
@@ -154,6 +159,10 @@ class TopicPatch(IntegralBody):
     endpoints: EndpointsIn = Field(default=None)  # type: ignore[assignment]
     weight: Weight = Field(default=None)  # type: ignore[assignment]
     burst: Burst = Field(default=None)  # type: ignore[assignment]
+    response_excerpt_bytes: ExcerptBytes = Field(default=None)  # type: ignore[assignment]
+    callback_url: TopicCallbackUrl = Field(default=None)  # type: ignore[assignment]
+    failure_callback_url: TopicCallbackUrl = Field(default=None)  # type: ignore[assignment]
+    keep_delivered_s: KeepDeliveredS = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[
