@@ -191,3 +191,33 @@ async def test_bad_searches_and_redeliveries_are_refused(stack: Stack, api: Http
     assert r.status == 409, await r.text()  # the topic keeps no delivered jobs
     r = await api.get("/v1/tenants/acme/topics/plain/jobs/msg_nope/attempts", headers=ADMIN)
     assert r.status == 404, await r.text()
+
+
+async def test_a_worker_killed_after_final_outcomes_still_calls_back_once_each(
+    stack: Stack, sink: Sink, worker_process: Any
+) -> None:
+    """SIGKILL after deliveries whose completion was not yet checkpointed (a long checkpoint
+    interval): some callbacks were put, others perhaps not; the successor pushes every job
+    again from the checkpoint, and each job still has exactly one callback job (one
+    ``webhook-id``; that job, like any, may itself be delivered more than once)."""
+    await stack.topic("kc", 50, callback_url=sink.url("kcb"))
+    ids = await stack.enqueue("kc", [{"url": sink.url("kc"), "body": {"n": i}} for i in range(20)])
+    first = worker_process("w-first", EMQ_WORKER_CHECKPOINT_INTERVAL_S="60")
+    assert await sink.wait_for(lambda: len(sink.of("kcb")) >= 5, 20), first.log()
+    first.kill()
+    worker_process("w-second")
+    assert await sink.wait_for(lambda: {d.job_id for d in sink.of("kc")} >= set(ids), 30)
+
+    def callbacks() -> dict[str, set[str]]:
+        """Per job told of, the webhook-ids of its callbacks."""
+        out: dict[str, set[str]] = {}
+        for d in sink.of("kcb"):
+            out.setdefault(json.loads(d.body)["job_id"], set()).add(d.job_id)
+        return out
+
+    assert await sink.wait_for(lambda: set(callbacks()) == set(ids), 20), callbacks()
+    await asyncio.sleep(1.0)  # (a second callback of any job would be here by now)
+    delivered = [d.job_id for d in sink.of("kc")]
+    assert len(delivered) > len(ids)  # pushed again after the kill: outcomes were not final
+    assert {job: len(hooks) for job, hooks in callbacks().items()} == dict.fromkeys(ids, 1)
+    assert {c["outcome"] for c in verified(sink, "kcb")} == {"delivered"}
