@@ -38,7 +38,9 @@ from emq.core.naming import RedisKeys
 
 SHARDS = 16
 SLICES = 8  # time slices per retention: the budget's trim drops 1/8 of the retention at a time
-FIELD_OVERHEAD_BYTES = 24  # a small hash field's own cost (listpack/hashtable entry), counted
+FIELD_OVERHEAD_BYTES = (
+    80  # a hash field's own memory (hashtable entry, key sds, allocator), counted
+)
 MAX_ATTEMPTS_READ = 200
 STATES = ("delivered", "retry_wait", "dead")
 
