@@ -36,7 +36,7 @@ from redis import exceptions as rex
 
 from adapters.redis_attempts import RedisAttemptStore, add_writes, run_pipeline
 from adapters.redis_conn import OwnedClient
-from emq.core.attempts import AttemptWrite, IndexEntry
+from emq.core.attempts import AttemptWrite, IndexWrite
 from emq.core.errors import BackendUnavailable
 from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore
 from emq.core.model import PRIORITIES, GroupRef, QueueRef
@@ -177,7 +177,7 @@ class RedisJobStore(OwnedClient, JobStore):
         self,
         records: Sequence[tuple[str, bytes]],
         attempts: Sequence[AttemptWrite] = (),
-        index: Sequence[IndexEntry] = (),
+        index: Sequence[IndexWrite] = (),
         delivered: Sequence[tuple[QueueRef, int, bytes]] = (),
     ) -> None:
         if not (records or delivered) or self.ttl_s <= 0:

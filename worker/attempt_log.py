@@ -8,23 +8,39 @@ and a delivery's attempt is formatted here from that tuple (its answer's
 
 from __future__ import annotations
 
+import re
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import orjson
 
-from emq.core.attempts import AttemptWrite, IndexEntry, kind_of
+from emq.core.attempts import AttemptWrite, IndexWrite, kind_of
 from emq.core.interfaces import PushResult
 from emq.core.jobs import JobRecord
-from emq.core.model import QueueRef
+from emq.core.model import QueueRef, Topic, TopicRef
 from worker.groups import Buffered, GroupState
 
 _HEADER_NAMES = ("retry-after", "content-type", "content-length")
+# A header value that needs no JSON escaping (printable ASCII without '"' and '\\')
+_PLAIN = re.compile(rb"[ !#-\[\]-~]*\Z")
+# The common attempt, formatted directly (8x cheaper than a dict and orjson): an answer with a
+# Content-Length, perhaps a plain Content-Type, no Retry-After, no excerpt.
+_ANSWERED = b'{"n":%d,"s":%d,"d":%d,"st":%d,"h":{"content-length":"%s"}}'
+_TYPED = b'{"n":%d,"s":%d,"d":%d,"st":%d,"h":{"content-type":"%s","content-length":"%s"}}'
+# A delivery's job record with its attempt (emq.core.jobs.JobRecord: ``d``, ``h``), formatted
+# directly: one per delivered job.
+_DELIVERED = b'{"s":"delivered","at":%d,"n":%d,"st":%d,"lat":%d,"d":%d,"h":{"content-length":"%s"}}'
+_DELIVERED_TYPED = (
+    b'{"s":"delivered","at":%d,"n":%d,"st":%d,"lat":%d,"d":%d,'
+    b'"h":{"content-type":"%s","content-length":"%s"}}'
+)
+_NAMES: dict[TopicRef, str] = {}  # str(TopicRef), made once per topic
+MAX_NAMES = 100_000
 
 
 class Writes(NamedTuple):
     attempts: list[AttemptWrite]
-    index: list[IndexEntry]
+    index: list[IndexWrite]
     kept: list[tuple[QueueRef, int, bytes]]
 
     @property
@@ -54,6 +70,14 @@ def encode_attempt(n: int, end_ms: int, result: PushResult | None, error: str | 
             d["e"] = error
         return orjson.dumps(d)
     duration = int(result.elapsed_s * 1000)
+    meta = result.meta
+    if result.status and meta is not None and meta[0] is None and meta[3] is None:
+        ctype, clen = meta[1], meta[2]
+        if clen is not None and clen.isdigit():
+            if ctype is None:
+                return _ANSWERED % (n, end_ms - duration, duration, result.status, clen)
+            if _PLAIN.match(ctype):
+                return _TYPED % (n, end_ms - duration, duration, result.status, ctype, clen)
     d = {"n": n, "s": end_ms - duration, "d": duration}
     if result.status:
         d["st"] = result.status
@@ -61,11 +85,41 @@ def encode_attempt(n: int, end_ms: int, result: PushResult | None, error: str | 
         d["k"] = kind_of(0, result.error)
         if result.error:
             d["e"] = result.error
-    _answer(d, result.meta)
+    _answer(d, meta)
     return orjson.dumps(d)
 
 
-def _kept(group: GroupState, item: Buffered, attempts: int) -> bytes | None:
+def delivered_record(r: tuple[Any, ...]) -> bytes:
+    """The job record of a delivery ``(id, at, n, status, latency, result, ...)``, with its
+    attempt's duration and headers: the attempt of a delivery needs no write of its own."""
+    _, at_ms, n, status, latency, result = r[:6]
+    duration = int(result.elapsed_s * 1000)
+    meta = result.meta
+    if meta is not None and meta[0] is None:
+        ctype, clen = meta[1], meta[2]
+        if clen is not None and clen.isdigit():
+            if ctype is None:
+                return _DELIVERED % (at_ms, n, status, latency, duration, clen)
+            if _PLAIN.match(ctype):
+                return _DELIVERED_TYPED % (at_ms, n, status, latency, duration, ctype, clen)
+    d: dict[str, Any] = {"s": "delivered", "at": at_ms, "n": n, "st": status, "lat": latency}
+    d["d"] = duration
+    _answer(d, meta)
+    d.pop("x", None)  # (an excerpt goes to the attempt log, within its budget)
+    d.setdefault("h", {})
+    return orjson.dumps(d)
+
+
+def _name(ref: TopicRef) -> str:
+    name = _NAMES.get(ref)
+    if name is None:
+        if len(_NAMES) >= MAX_NAMES:
+            _NAMES.clear()
+        name = _NAMES[ref] = str(ref)
+    return name
+
+
+def _kept(item: Buffered, attempts: int) -> bytes | None:
     """The envelope a redelivery sends again: as delivered, its attempts counted (the next
     one is its attempt ``attempts + 1``, ``webhook-id`` unchanged)."""
     try:
@@ -87,46 +141,36 @@ def writes(
     is ``(id, at, n, status, latency, result, group, item)``), ``more`` the retries and dead
     letters with their answers."""
     attempts: list[AttemptWrite] = []
-    index: list[IndexEntry] = []
+    index: list[IndexWrite] = []
     kept: list[tuple[QueueRef, int, bytes]] = []
-    names: dict[int, str] = {}  # str(TopicRef) by id(TopicState): once per topic per flush
+    add_attempt, add_index = attempts.append, index.append
+    names: dict[int, tuple[Topic, str]] = {}  # by id(TopicState): alive while the batch is
     for r in batch:
         if len(r) != 8 or r[5] is None:
             continue  # (a JobRecord, or a delivery told without its answer)
         job_id, at_ms, n, _, _, result, group, item = r
-        attempts.append((job_id, n, encode_attempt(n, at_ms, result, None)))
-        state = group.topic
-        name = names.get(id(state))
-        if name is None:
-            name = names[id(state)] = str(state.topic.ref)
+        named = names.get(id(group.topic))
+        if named is None:
+            topic = group.topic.topic
+            named = names[id(group.topic)] = (topic, _name(topic.ref))
+        topic, name = named
+        if topic.response_excerpt_bytes or topic.keep_delivered_s:
+            # Its own attempt: the excerpt (the budget counts it), or kept past its record for
+            # a redelivery; otherwise its record holds it (delivered_record).
+            add_attempt((job_id, n, encode_attempt(n, at_ms, result, None)))
         job = item.job_dict()
-        index.append(
-            IndexEntry(name, job_id, "delivered", at_ms, job.get("key"), job.get("idempotency_key"))
-        )
-        keep_s = state.topic.keep_delivered_s
-        if keep_s and not job.get("callback_of"):
-            payload = _kept(group, item, n)
+        add_index((name, job_id, "delivered", at_ms, job.get("key"), job.get("idempotency_key")))
+        if topic.keep_delivered_s and not job.get("callback_of"):
+            payload = _kept(item, n)
             if payload is not None:
-                kept.append((item.queue, keep_s * 1000, payload))
+                kept.append((item.queue, topic.keep_delivered_s * 1000, payload))
     for record, result, group, item in more:
         if not record.job_id:
             continue
-        attempts.append(
-            (
-                record.job_id,
-                record.attempt,
-                encode_attempt(record.attempt, record.at_ms, result, record.error),
-            )
-        )
+        n, at_ms = record.attempt, record.at_ms
+        add_attempt((record.job_id, n, encode_attempt(n, at_ms, result, record.error)))
         job = item.job_dict()
-        index.append(
-            IndexEntry(
-                str(group.topic.topic.ref),
-                record.job_id,
-                record.state,
-                record.at_ms,
-                job.get("key"),
-                job.get("idempotency_key"),
-            )
-        )
+        name = _name(group.topic.topic.ref)
+        key, idem = job.get("key"), job.get("idempotency_key")
+        add_index((name, record.job_id, record.state, at_ms, key, idem))
     return Writes(attempts, index, kept)

@@ -125,7 +125,15 @@ class JobLog:
         batch, self._pending = self._pending, []
         more, self._more = self._more, []
         records = [
-            (r[0], _encode(r) if isinstance(r, JobRecord) else _DELIVERED % r[1:5]) for r in batch
+            (
+                r[0],
+                _encode(r)
+                if isinstance(r, JobRecord)
+                else attempt_log.delivered_record(r)
+                if len(r) == 8 and r[5] is not None
+                else _DELIVERED % r[1:5],
+            )
+            for r in batch
         ]
         try:
             writes = attempt_log.writes(batch, more)

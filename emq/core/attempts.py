@@ -263,3 +263,5 @@ class AttemptStore(abc.ABC):
 
 
 AttemptWrite = tuple[str, int, bytes]  # (job id, attempt number, Attempt.encode())
+# An IndexEntry as the worker writes it (a plain tuple: one per outcome)
+IndexWrite = tuple[str, str, str, int, str | None, str | None]

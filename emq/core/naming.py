@@ -112,15 +112,11 @@ class RedisKeys:
         """Hash time slice -> bytes of attempts written in it (the namespace's byte budget)."""
         return f"{self.prefix}:att:bytes"
 
-    def job_index(self, topic: str, what: str) -> str:
-        """Sorted set of a topic's job ids by their latest outcome's time: ``what`` is a state
-        (``s:dead``), or a hash of a ``key`` (``k:...``) or an ``idempotency_key`` (``i:...``).
-        Expires with the job records; trimmed to them."""
-        return f"{self.prefix}:jx:{escape(topic)}:{what}"
-
-    def indexed_topics(self) -> str:
-        """Set of the topics with search indexes (for their trims)."""
-        return f"{self.prefix}:jx:topics"
+    def job_index(self, bucket: int, shard: int, what: str) -> str:
+        """Sorted set of the job outcomes of one time slice in one shard of the topics, ordered
+        by topic, then time (adapters.redis_attempts): ``what`` a state (``s:dead``), or ``k``
+        (by ``key``) or ``i`` (by ``idempotency_key``). Expires with its slice."""
+        return f"{self.prefix}:jx:{{{shard}}}:{bucket}:{what}"
 
     def delivered_log(self, group: GroupRef) -> str:
         """Stream of the group's delivered jobs as delivered (entry id: the delivery time),

@@ -11,7 +11,7 @@ import redis.asyncio as aioredis
 
 from adapters.redis_attempts import add_writes, slice_s
 from adapters.redis_jobs import RedisJobStore
-from emq.core.attempts import Attempt, IndexEntry, Search
+from emq.core.attempts import Attempt, IndexWrite, Search
 from emq.core.interfaces import PushResult
 from emq.core.jobs import JobRecord
 from emq.core.naming import RedisKeys
@@ -61,13 +61,14 @@ async def test_a_search_pages_by_state_newest_first(
     store = RedisJobStore(redis_client, keys, ttl_s=600)
     now_ms = int(time.time() * 1000)
     topic = "online/acme/t"
-    records, index = [], []
+    records: list[tuple[str, bytes]] = []
+    index: list[IndexWrite] = []
     for i in range(7):
         state = "dead" if i % 2 else "delivered"
         job_id = f"msg_{i}"
         record = JobRecord(job_id, state, now_ms - 1000 * (7 - i), 1, 500, "HTTP 500")
         records.append((job_id, record_json(record)))
-        index.append(IndexEntry(topic, job_id, state, record.at_ms, "k" if i < 3 else None))
+        index.append((topic, job_id, state, record.at_ms, "k" if i < 3 else None, None))
     await store.record(records, [], index)
     seen: list[str] = []
     after = None

@@ -62,11 +62,11 @@ def test_a_flush_adds_attempts_index_entries_and_kept_deliveries() -> None:
         "ok",
     )  # fmt: skip
     assert Attempt.decode(b_raw) == Attempt(1, 995_000, 5000, 0, "timeout", "timed out")
-    assert [(e.job_id, e.state, e.key, e.idempotency_key) for e in writes.index] == [
+    assert [(e[1], e[2], e[4], e[5]) for e in writes.index] == [
         ("msg_a", "delivered", "order-1", "i-1"),
         ("msg_b", "retry_wait", None, None),
     ]
-    ((queue, keep_ms, payload),) = writes.kept
+    ((_queue, keep_ms, payload),) = writes.kept
     kept = orjson.loads(payload)
     assert keep_ms == 60_000 and kept["a"] == 2  # the next send is its attempt 3
     assert kept["job"]["callback_url"] == ""  # a redelivery tells no callback
