@@ -21,8 +21,9 @@ async def test_attempt_commands(emq_api: EmqApi) -> None:
     listed = await emq_api.run("job", "list", "--tenant", "acme", "--topic", "orders", "--state",
                                "dead", "--json", **as_acme)  # fmt: skip
     assert listed.json() == {"jobs": [], "next_cursor": None}
-    started = await emq_api.run("redelivery", "start", "acme", "orders", "--since",
-                                str(time.time() - 60), "--rate", "5", "--json", **as_acme)  # fmt: skip
+    since = str(time.time() - 60)
+    started = await emq_api.run("redelivery", "start", "acme", "orders", "--since", since,
+                                "--rate", "5", "--json", **as_acme)  # fmt: skip
     assert started.code == 0, started.err
     assert (started.json()["total"], started.json()["rate"]) == (0, 5)
     old = await emq_api.run("redelivery", "start", "acme", "orders", "--since", "2020-01-01",
