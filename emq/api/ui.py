@@ -31,7 +31,12 @@ if TYPE_CHECKING:
 ASSETS = Path(__file__).with_name("console")
 # Everything the page loads besides index.html, with its type (said, not guessed: Python's
 # mimetypes answers differently across versions, and /openapi.json documents these).
-FILES = {"app.js": "text/javascript", "replays.js": "text/javascript", "app.css": "text/css"}
+FILES = {
+    "app.js": "text/javascript",
+    "replays.js": "text/javascript",
+    "attempts.js": "text/javascript",
+    "app.css": "text/css",
+}
 MAX_TOPICS = 500  # a console row each: beyond that a table is no longer read, and each costs reads
 
 # The page loads nothing but its own files and talks to nothing but this API.
