@@ -19,10 +19,9 @@ import abc
 import base64
 import binascii
 import hashlib
+import json
 from dataclasses import dataclass
 from typing import Any, NamedTuple
-
-import orjson
 
 from emq.core.errors import InvalidInput
 
@@ -36,6 +35,10 @@ SEARCH_DEFAULT_LIMIT = 50
 CALLBACK_KEY_PREFIX = "emq-callback:"  # the idempotency key of a job's callback, + its id
 # Response headers an attempt keeps (lower case, as recorded).
 KEPT_HEADERS = ("retry-after", "content-type", "content-length")
+
+
+def _dumps(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
 
 
 def kind_of(status: int, error: str | None) -> str:
@@ -102,11 +105,11 @@ class Attempt(NamedTuple):
             d["h"] = self.headers
         if self.excerpt is not None:
             d["x"] = self.excerpt
-        return orjson.dumps(d)
+        return _dumps(d).encode()
 
     @classmethod
     def decode(cls, raw: bytes | str) -> Attempt:
-        d = orjson.loads(raw)
+        d = json.loads(raw)
         status = int(d.get("st", 0))
         return cls(
             int(d["n"]),
@@ -179,7 +182,7 @@ def _topic_tag(topic: str) -> str:
 
 def encode_cursor(topic: str, at_ms: int, job_id: str) -> str:
     """An opaque cursor: where a page stopped, bound to its topic."""
-    raw = orjson.dumps([_topic_tag(topic), at_ms, job_id])
+    raw = _dumps([_topic_tag(topic), at_ms, job_id]).encode()
     return base64.urlsafe_b64encode(raw).decode().rstrip("=")
 
 
@@ -188,9 +191,9 @@ def decode_cursor(topic: str, text: str) -> tuple[int, str]:
     is not one, or one of another topic, is ``InvalidInput("cursor", ...)``."""
     try:
         raw = base64.urlsafe_b64decode(text + "=" * (-len(text) % 4))
-        tag, at_ms, job_id = orjson.loads(raw)
+        tag, at_ms, job_id = json.loads(raw)
         at_ms, job_id = int(at_ms), str(job_id)
-    except (binascii.Error, ValueError, TypeError, orjson.JSONDecodeError):
+    except (binascii.Error, ValueError, TypeError):
         raise InvalidInput("cursor", "is not a cursor this API gave") from None
     if tag != _topic_tag(topic):
         raise InvalidInput("cursor", "belongs to another topic's search")
@@ -235,7 +238,7 @@ def callback_body(
         d["error"] = error
     if excerpt is not None:
         d["response_excerpt"] = excerpt
-    return orjson.dumps(d).decode()
+    return _dumps(d)
 
 
 class AttemptStore(abc.ABC):

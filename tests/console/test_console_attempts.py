@@ -46,8 +46,8 @@ async def test_a_job_s_attempts_the_failing_jobs_and_a_redelivery(
             (str(ref), OK, "delivered", now - 1000, None, None),
             (str(ref), DEAD, "dead", now - 500, None, None),
         ]
-        kept = [(GroupRef(ref, 0).queue(Priority.MEDIUM), 600_000,
-                 orjson.dumps({"id": OK, "t": now, "job": {"url": "https://e.x/"}, "a": 2}))]  # fmt: skip
+        envelope = {"id": OK, "t": now, "job": {"url": "https://e.x/"}, "a": 2}
+        kept = [(GroupRef(ref, 0).queue(Priority.MEDIUM), 600_000, orjson.dumps(envelope))]
         await jobs.record(records, attempts, index, kept)
 
         await sign_in(page, console, acme)
