@@ -42,6 +42,9 @@ from emq.core.model import QueueRef
 from emq.core.naming import RedisKeys
 
 SHARDS = 16
+# The attempt log's byte budget per namespace (docs/concepts/attempts.md): the oldest slices go
+# first beyond it.
+ATTEMPT_LOG_MAX_BYTES = 256 * 1024 * 1024
 INDEX_SHARDS = 16  # hash tags of the topics' indexes
 SLICES = 8  # time slices per retention: the budget's trim drops 1/8 of the retention at a time
 FIELD_OVERHEAD_BYTES = 80  # a hash field's own memory (hashtable entry, key sds, allocator)

@@ -34,7 +34,12 @@ from typing import Any
 import redis.asyncio as aioredis
 from redis import exceptions as rex
 
-from adapters.redis_attempts import RedisAttemptStore, add_writes, run_pipeline
+from adapters.redis_attempts import (
+    ATTEMPT_LOG_MAX_BYTES,
+    RedisAttemptStore,
+    add_writes,
+    run_pipeline,
+)
 from adapters.redis_conn import OwnedClient
 from emq.core.attempts import AttemptWrite, IndexWrite
 from emq.core.errors import BackendUnavailable
@@ -142,7 +147,7 @@ class RedisJobStore(OwnedClient, JobStore):
         *,
         ttl_s: int = 600,
         owns_client: bool = False,
-        attempt_budget_bytes: int = 256 * 1024 * 1024,
+        attempt_budget_bytes: int = ATTEMPT_LOG_MAX_BYTES,
     ) -> None:
         super().__init__(client, owns_client=owns_client)
         self._keys = keys

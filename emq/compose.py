@@ -182,7 +182,6 @@ def open_jobs(settings: Settings) -> JobStore:
         keys,
         ttl_s=settings.job_record_ttl_s,
         owns_client=True,
-        attempt_budget_bytes=settings.attempt_log_max_bytes,
     )
 
 
