@@ -7,7 +7,8 @@ Keys:
   :data:`SHARDS` by the job id, so a worker's flush is a few commands however many groups it
   serves, and a Cluster spreads the records over several nodes. A hash expires at the end of
   the next bucket: a record stays readable at least ``ttl`` and less than ``2 * ttl`` seconds,
-  and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes.
+  and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes (~150 for a delivery,
+  whose record holds its attempt: emq.core.attempts).
 * ``group_snapshots()``: hash group -> the owner's latest :class:`~emq.core.jobs.GroupSnapshot`
   (JSON with its time; one older than a few seconds is ignored). Written once a second in one
   command with every group that has work; one field per group, so bounded by the groups.
