@@ -7,7 +7,8 @@ Keys:
   :data:`SHARDS` by the job id, so a worker's flush is a few commands however many groups it
   serves, and a Cluster spreads the records over several nodes. A hash expires at the end of
   the next bucket: a record stays readable at least ``ttl`` and less than ``2 * ttl`` seconds,
-  and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes.
+  and memory is about (outcomes per second) x ``2 * ttl`` x ~100 bytes (~150 for a delivery,
+  whose record holds its attempt: emq.core.attempts).
 * ``group_snapshots()``: hash group -> the owner's latest :class:`~emq.core.jobs.GroupSnapshot`
   (JSON with its time; one older than a few seconds is ignored). Written once a second in one
   command with every group that has work; one field per group, so bounded by the groups.
@@ -33,7 +34,14 @@ from typing import Any
 
 import redis.asyncio as aioredis
 
+from adapters.redis_attempts import (
+    ATTEMPT_LOG_MAX_BYTES,
+    RedisAttemptStore,
+    add_writes,
+    run_pipeline,
+)
 from adapters.redis_conn import OwnedClient, translated
+from emq.core.attempts import AttemptWrite, IndexWrite
 from emq.core.jobs import GroupSnapshot, JobFacts, JobPlace, JobRecord, JobStore
 from emq.core.model import PRIORITIES, GroupRef, QueueRef
 from emq.core.naming import RedisKeys
@@ -146,24 +154,48 @@ class RedisJobStore(OwnedClient, JobStore):
         *,
         ttl_s: int = 600,
         owns_client: bool = False,
+        attempt_budget_bytes: int = ATTEMPT_LOG_MAX_BYTES,
     ) -> None:
         super().__init__(client, owns_client=owns_client)
         self._keys = keys
         self.ttl_s = ttl_s
         self._find = client.register_script(FIND)
+        self.attempt_budget_bytes = attempt_budget_bytes
+        self.attempt_store = RedisAttemptStore(client, keys, ttl_s, self.latest)
 
     def _bucket(self, now_s: float) -> int:
         return int(now_s // self.ttl_s)
 
     async def _run(self, what: str, pipe: Any) -> list[Any]:
-        with translated(what):
-            replies: list[Any] = await pipe.execute()
-        return replies
+        return await run_pipeline(what, pipe)
 
-    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
-        if not records or self.ttl_s <= 0:
-            return
+    async def latest(self, job_ids: Sequence[str]) -> list[JobRecord | None]:
+        """The latest record of each job (None: none retained); one round trip."""
+        if not job_ids or self.ttl_s <= 0:
+            return [None] * len(job_ids)
         bucket = self._bucket(time.time())
+        pipe = self._client.pipeline(transaction=False)
+        for job_id in job_ids:
+            shard = _shard(job_id)
+            pipe.hget(self._keys.job_records(bucket, shard), job_id)
+            pipe.hget(self._keys.job_records(bucket - 1, shard), job_id)
+        replies = await self._run("job records", pipe)
+        return [_latest(replies[i], replies[i + 1]) for i in range(0, len(replies), 2)]
+
+    async def trim_attempts(self) -> None:
+        await self.attempt_store.trim(self.attempt_budget_bytes)
+
+    async def record(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        attempts: Sequence[AttemptWrite] = (),
+        index: Sequence[IndexWrite] = (),
+        delivered: Sequence[tuple[QueueRef, int, bytes]] = (),
+    ) -> None:
+        if not (records or delivered) or self.ttl_s <= 0:
+            return
+        now = time.time()
+        bucket = self._bucket(now)
         expire_at = (bucket + 2) * self.ttl_s
         # One HSET's arguments per shard, built flat (a record per delivered job: no dict, no
         # copy of it into arguments); a job twice in a batch keeps its later record, as HSET
@@ -180,6 +212,7 @@ class RedisJobStore(OwnedClient, JobStore):
                 key = self._keys.job_records(bucket, shard)
                 pipe.execute_command("HSET", key, *fields)
                 pipe.expireat(key, expire_at)
+        add_writes(pipe, self._keys, self.ttl_s, now, attempts, index, delivered)
         await self._run("job records", pipe)
 
     async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:

@@ -48,7 +48,8 @@ COUNT_STEP = 10_000  # letters a counting call walks (keeps each script short)
 READY_MAXLEN = 100_000  # as adapters.redis_queue's ready stream
 _MAX_SEQ = "18446744073709551615"
 
-# KEYS: dlq, high, medium, low, progress[, ids]  ARGV: limit
+# KEYS: dlq (or a delivered log), high, medium, low, progress[, ids]  ARGV: limit, 'copy' (a
+# redelivery: the entries stay where they are) or 'move'
 # -> {moved, skipped, exhausted (0|1), stopped (0|1: cancelled, nothing moved)}
 MOVE = """
 local streams = {high = KEYS[2], medium = KEYS[3], low = KEYS[4]}
@@ -62,7 +63,7 @@ local function move(letter)
   local stream = streams[fields['priority']]
   if not stream or not fields['payload'] then skipped = skipped + 1 return end
   redis.call('XADD', stream, '*', 'd', fields['payload'])
-  redis.call('XDEL', KEYS[1], letter[1])
+  if ARGV[2] ~= 'copy' then redis.call('XDEL', KEYS[1], letter[1]) end
   moved = moved + 1
 end
 local exhausted
@@ -211,7 +212,7 @@ class RedisReplayStore(OwnedClient):
             by_group = selection.ids_by_group().items()
             return {g: (len(ids), {"_ids": ids}) for g, ids in by_group if g < replay.groups}
         groups = replay.group_refs()
-        commands = [self._eval(self._extent, (self._keys.dlq(g),), ()) for g in groups]
+        commands = [self._eval(self._extent, (self._source(replay, g),), ()) for g in groups]
         extents = await self._run(commands, "replay extent")
         plan: dict[int, tuple[int, dict[str, Any]]] = {}
         for group, (length, newest) in zip(groups, extents, strict=True):
@@ -221,18 +222,26 @@ class RedisReplayStore(OwnedClient):
             if selection.mode == "all":
                 plan[group.index] = (int(length), {"cursor": "0-0", "end": newest})
             else:
-                plan[group.index] = await self._window(group, selection, newest)
+                plan[group.index] = await self._window(
+                    self._source(replay, group), selection, newest
+                )
         return plan
 
+    def _source(self, replay: Replay, group: GroupRef) -> str:
+        """The stream a replay reads in ``group``: its DLQ, or its delivered log."""
+        if replay.source == "delivered":
+            return self._keys.delivered_log(group)
+        return self._keys.dlq(group)
+
     async def _window(
-        self, group: GroupRef, selection: Selection, newest: str
+        self, dlq: str, selection: Selection, newest: str
     ) -> tuple[int, dict[str, Any]]:
         cursor = _before(selection.since_ms or 0)
         end = newest
         if selection.until_ms is not None:
             until = f"{selection.until_ms}-{_MAX_SEQ}"
             end = min(newest, until, key=_id_key)
-        count, after, dlq = 0, cursor, self._keys.dlq(group)
+        count, after = 0, cursor
         while _id_key(after) < _id_key(end):
             ((n, last),) = await self._run(
                 [self._eval(self._count, (dlq,), (after, end, COUNT_STEP))], "replay count"
@@ -305,11 +314,12 @@ class RedisReplayStore(OwnedClient):
         return slices
 
     def _move_command(self, replay: Replay, group: GroupRef, n: int) -> Command:
-        keys = [self._keys.dlq(group), *self._streams(group)]
+        keys = [self._source(replay, group), *self._streams(group)]
         keys.append(self._keys.replay_progress(group, replay.id))
         if replay.selection.ids is not None:
             keys.append(self._keys.replay_ids(group, replay.id))
-        return self._eval(self._move, keys, (max(1, n),))
+        mode = "copy" if replay.source == "delivered" else "move"
+        return self._eval(self._move, keys, (max(1, n), mode))
 
     async def lease(self, replay_id: str, owner: str, ttl_s: float) -> bool:
         key = self._keys.replay_lease(replay_id)
@@ -379,6 +389,7 @@ def _fields_of(replay: Replay) -> dict[str, Any]:
         "created_at": f"{replay.created_at:.3f}",
         "finished_at": "",
         "error": "",
+        "source": replay.source,
     }
 
 
@@ -404,4 +415,5 @@ def _replay_of(replay_id: str, raw: Any) -> Replay | None:
         created_at=float(f.get("created_at") or 0),
         finished_at=float(f["finished_at"]) if f.get("finished_at") else None,
         error=f.get("error", ""),
+        source=f.get("source") or "dlq",
     )

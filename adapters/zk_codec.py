@@ -39,7 +39,15 @@ _TOPIC_SCALARS = (
 )
 # Written only when not the default (a topic without them stores what it did before tenant
 # quotas and bursts); absent, the default.
-_TOPIC_OPTIONAL: dict[str, object] = {"weight": 1, "burst": 0, "transaction_default": "rollback"}
+_TOPIC_OPTIONAL: dict[str, object] = {
+    "weight": 1,
+    "burst": 0,
+    "transaction_default": "rollback",
+    "response_excerpt_bytes": 0,
+    "callback_url": "",
+    "failure_callback_url": "",
+    "keep_delivered_s": 0,
+}
 
 
 def _dump(value: Mapping[str, Any]) -> bytes:

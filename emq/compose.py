@@ -182,7 +182,10 @@ def open_jobs(settings: Settings) -> JobStore:
     """Job records and group snapshots (``EMQ_JOB_RECORD_TTL_S``)."""
     keys = RedisKeys(settings.redis_key_prefix)
     return RedisJobStore(
-        _own_redis(settings), keys, ttl_s=settings.job_record_ttl_s, owns_client=True
+        _own_redis(settings),
+        keys,
+        ttl_s=settings.job_record_ttl_s,
+        owns_client=True,
     )
 
 

@@ -229,6 +229,14 @@ class Buffered:
         self.key = key if isinstance(key, str) else None
         return self.key
 
+    def job_dict(self) -> dict[str, Any]:
+        """Its job's decoded JSON ({} for an unreadable entry)."""
+        try:
+            job = self._json()["job"]
+        except Exception:
+            return {}
+        return job if isinstance(job, dict) else {}
+
     def read_url(self) -> str:
         """Its job's URL ('' for an unreadable entry: it dead-letters on its push)."""
         try:

@@ -19,8 +19,10 @@ from typing import Any
 import orjson
 
 from emq.core.errors import BackendUnavailable
+from emq.core.interfaces import PushResult
 from emq.core.jobs import EndpointWait, GroupSnapshot, JobRecord, JobStore, QueueSnapshot
 from emq.core.model import GroupRef
+from worker import attempt_log
 from worker.groups import Buffered, GroupState, priority_index
 
 log = logging.getLogger(__name__)
@@ -36,6 +38,9 @@ class JobLog:
         self._worker = worker_id
         # JobRecords, and deliveries as (job id, at ms, attempt, status, latency ms), in order
         self._pending: list[tuple[Any, ...]] = []
+        # The attempts of the rarer outcomes (retry, dead): (record, result, group, item); a
+        # delivery's ride in its tuple (worker.attempt_log)
+        self._more: list[tuple[JobRecord, PushResult | None, GroupState, Buffered]] = []
         self.dropped = 0
 
     def _add(self, entry: tuple[Any, ...]) -> None:
@@ -51,13 +56,22 @@ class JobLog:
         excess = len(pending) - MAX_PENDING
         del pending[:excess]
         self.dropped += excess
+        del self._more[: max(0, len(self._more) - MAX_PENDING)]
 
     def delivered(
-        self, group: GroupState, job_id: str, now_ms: int, attempts: int, status: int, ms: int
+        self,
+        group: GroupState,
+        job_id: str,
+        now_ms: int,
+        attempts: int,
+        status: int,
+        ms: int,
+        result: PushResult | None = None,
+        item: Buffered | None = None,
     ) -> None:
         if self.enabled and job_id:  # (_add inlined: one per delivered job)
             pending = self._pending
-            pending.append((job_id, now_ms, attempts, status, ms))
+            pending.append((job_id, now_ms, attempts, status, ms, result, group, item))
             if len(pending) > MAX_PENDING:
                 self._shed()
 
@@ -70,6 +84,7 @@ class JobLog:
         error: str,
         next_ms: int,
         retry_after: bool,
+        result: PushResult | None = None,
     ) -> None:
         if self.enabled:
             now_ms = int(time.time() * 1000)
@@ -85,26 +100,60 @@ class JobLog:
                 retry_after,
             )
             self._add(record)
+            self._more.append((record, result, group, item))
 
     def dead(
-        self, group: GroupState, item: Buffered, attempts: int, status: int | None, error: str
+        self,
+        group: GroupState,
+        item: Buffered,
+        attempts: int,
+        status: int | None,
+        error: str,
+        result: PushResult | None = None,
     ) -> None:
         if self.enabled:
             now_ms = int(time.time() * 1000)
-            self._add(JobRecord(item.job_id(), "dead", now_ms, attempts, status, error))
+            record = JobRecord(item.job_id(), "dead", now_ms, attempts, status, error)
+            self._add(record)
+            self._more.append((record, result, group, item))
 
     async def flush(self) -> None:
-        """Write the pending records (one round trip); on failure they are dropped."""
+        """Write the pending records, with their attempts, index entries and kept deliveries
+        (one round trip); on failure they are dropped."""
         if not self._pending or self._store is None:
             return
         batch, self._pending = self._pending, []
+        more, self._more = self._more, []
         records = [
-            (r[0], _encode(r) if isinstance(r, JobRecord) else _DELIVERED % r[1:]) for r in batch
+            (
+                r[0],
+                _encode(r)
+                if isinstance(r, JobRecord)
+                else attempt_log.delivered_record(r)
+                if len(r) == 8 and r[5] is not None
+                else _DELIVERED % r[1:5],
+            )
+            for r in batch
         ]
         try:
-            await self._store.record(records)
+            writes = attempt_log.writes(batch, more)
+            if writes.empty:
+                await self._store.record(records)
+            else:
+                await self._store.record(records, writes.attempts, writes.index, writes.kept)
         except BackendUnavailable as e:
             log.debug("%d job records not written (%s)", len(records), e)
+
+    async def trim(self, every_s: float = 5.0) -> None:
+        """Keep the attempt log within its budget (every ``every_s``; any worker may)."""
+        if self._store is None or not self.enabled:
+            return
+        while True:
+            await asyncio.sleep(every_s)
+            try:
+                await self._store.trim_attempts()
+            except BackendUnavailable as e:
+                log.debug("attempt log not trimmed (%s)", e)
 
     async def run(self, groups: Mapping[str, GroupState]) -> None:
         """Publish the snapshots of the groups with work, once a second."""

@@ -22,10 +22,12 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 from emq.core.errors import BackendUnavailable, Fenced
-from emq.core.interfaces import DeadLetter, GroupOwner, PushResult, Scheduled
+from emq.core.interfaces import DeadLetter, GroupOwner, PushResult, PutItem, Scheduled
 from emq.core.model import Envelope
+from worker import callbacks
 from worker.groups import Buffered, GroupState
 from worker.joblog import JobLog
 from worker.outage import Outage
@@ -39,6 +41,8 @@ RETRY_AFTER_STATUSES = frozenset({429, 503})
 class _Pending:
     retries: list[tuple[Buffered, Scheduled]] = field(default_factory=list)
     dead: list[tuple[Buffered, DeadLetter]] = field(default_factory=list)
+    # Final outcomes' callback jobs (worker.callbacks): their jobs finish once these are put.
+    callbacks: list[tuple[Buffered, PutItem]] = field(default_factory=list)
 
 
 class Outcomes:
@@ -64,7 +68,7 @@ class Outcomes:
         self._wakeup = asyncio.Event()
 
     def pending(self) -> int:
-        return sum(len(p.retries) + len(p.dead) for p in self._pending.values())
+        return sum(len(p.retries) + len(p.dead) + len(p.callbacks) for p in self._pending.values())
 
     def delivered(self, group: GroupState, item: Buffered, result: PushResult) -> None:
         state = group.topic
@@ -76,8 +80,29 @@ class Outcomes:
         job_id, enqueued, attempt = item.accepted()
         latency_ms = now_ms - enqueued if enqueued is not None else 0
         state.delivered_after(latency_ms / 1000)
-        self._joblog.delivered(group, job_id, now_ms, attempt + 1, result.status, latency_ms)
-        self._finish(group, item)
+        self._joblog.delivered(
+            group, job_id, now_ms, attempt + 1, result.status, latency_ms, result, item
+        )
+        url = callbacks.callback_url(state.topic, item.job_dict(), "delivered")
+        if url is None:
+            self._finish(group, item)
+        else:
+            self._callback(group, item, url, "delivered", attempt + 1, result.status, None, result)
+
+    def _callback(
+        self,
+        group: GroupState,
+        item: Buffered,
+        url: str,
+        outcome: str,
+        attempts: int,
+        status: int | None,
+        error: str | None,
+        result: PushResult | None,
+    ) -> None:
+        """Put ``item``'s callback before it finishes (see worker.callbacks)."""
+        put = callbacks.callback_item(group, item, url, outcome, attempts, status, error, result)
+        self._add(group).callbacks.append((item, put))
 
     def failed(self, group: GroupState, item: Buffered, result: PushResult) -> None:
         """A non-2xx answer or a transport failure."""
@@ -87,7 +112,7 @@ class Outcomes:
         reason = f"HTTP {result.status}" if result.status else (result.error or "failed")
         group.topic.stats.failed += 1
         if attempts >= policy.max_attempts:
-            self.dead(group, item, reason, result.status or None, attempts)
+            self.dead(group, item, reason, result.status or None, attempts, result)
             return
         wait = policy.backoff_s(attempts, self._rand())
         if result.status in RETRY_AFTER_STATUSES and result.retry_after_s is not None:
@@ -96,7 +121,7 @@ class Outcomes:
         due = int((time.time() + wait) * 1000)
         group.topic.stats.retried += 1
         honoured = wait == result.retry_after_s and result.status in RETRY_AFTER_STATUSES
-        self._joblog.retry(group, item, attempts, result.status, reason, due, honoured)
+        self._joblog.retry(group, item, attempts, result.status, reason, due, honoured, result)
         self._add(group).retries.append((item, Scheduled(item.queue.priority, again.encode(), due)))
 
     def defer(self, group: GroupState, item: Buffered, due_ms: int) -> None:
@@ -107,7 +132,13 @@ class Outcomes:
         self._add(group).retries.append((item, scheduled))
 
     def dead(
-        self, group: GroupState, item: Buffered, error: str, status: int | None, attempts: int
+        self,
+        group: GroupState,
+        item: Buffered,
+        error: str,
+        status: int | None,
+        attempts: int,
+        result: PushResult | None = None,
     ) -> None:
         letter = DeadLetter(
             "",
@@ -119,8 +150,23 @@ class Outcomes:
             int(time.time() * 1000),
         )
         group.topic.stats.dead_lettered += 1
-        self._joblog.dead(group, item, attempts, status, error)
+        self._joblog.dead(group, item, attempts, status, error, result)
         self._add(group).dead.append((item, letter))
+        url = callbacks.callback_url(group.topic.topic, item.job_dict(), "dead")
+        if url is not None:
+            self._callback(group, item, url, "dead", attempts, status, error, result)
+
+    async def _put_callbacks(self, group: GroupState, pending: _Pending) -> None:
+        """Put the callbacks (idempotent: a repeat after a crash is a duplicate, not stored),
+        then finish their jobs."""
+        if group.dropped:
+            pending.callbacks = []  # its next owner pushes the jobs again, and puts them then
+            return
+        puts = cast(callbacks.Puts, self._queues)
+        await puts.put([put for _, put in pending.callbacks])
+        for item, _ in pending.callbacks:
+            self._finish(group, item)
+        pending.callbacks = []
 
     def _add(self, group: GroupState) -> _Pending:
         pending = self._pending.get(group)
@@ -154,9 +200,13 @@ class Outcomes:
                 letters = [d for _, d in pending.dead]
                 retention = group.topic.topic.dlq_retention  # trimmed in the same step
                 await self._queues.dead_letter(group.ref, group.epoch, letters, retention)
+                waiting = {id(item) for item, _ in pending.callbacks}
                 for item, _ in pending.dead:
-                    self._finish(group, item)
+                    if id(item) not in waiting:  # (else once its callback is put)
+                        self._finish(group, item)
                 pending.dead = []
+            if pending.callbacks:
+                await self._put_callbacks(group, pending)
         except Fenced as e:
             self._drop(group, f"fenced while writing retries: {e}")
         except BackendUnavailable as e:
@@ -164,6 +214,7 @@ class Outcomes:
             merged = self._add(group)
             merged.retries[:0] = pending.retries
             merged.dead[:0] = pending.dead
+            merged.callbacks[:0] = pending.callbacks
             await self._outage.pause("retry and dead-letter writer", e)
         else:
             self._outage.resumed("retry and dead-letter writer")

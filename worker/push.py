@@ -48,6 +48,7 @@ import logging
 import re
 import ssl
 import time
+from collections.abc import Mapping
 from typing import Any
 
 import aiohttp
@@ -140,6 +141,19 @@ def parse_retry_after(value: str | None, now: float) -> float | None:
     return min(max(0.0, when.timestamp() - now), MAX_RETRY_AFTER_S)
 
 
+def _meta(
+    headers: Mapping[str, str], raw_after: str | None, body: bytes, keep: int
+) -> tuple[bytes | None, bytes | None, bytes | None, bytes | None]:
+    """What the attempt log keeps of an answer (:attr:`PushResult.meta`)."""
+    ctype, clen = headers.get("Content-Type"), headers.get("Content-Length")
+    return (
+        None if raw_after is None else raw_after.encode("latin-1", "replace"),
+        None if ctype is None else ctype.encode("latin-1", "replace"),
+        None if clen is None else clen.encode("latin-1", "replace"),
+        body[:keep] if keep else None,
+    )
+
+
 class PushExecutor(Pusher):
     """Sends :class:`PushRequest` s; use as ``async with`` or call :meth:`start`/:meth:`aclose`."""
 
@@ -225,8 +239,9 @@ class PushExecutor(Pusher):
             async with asyncio.timeout(self._settings.request_timeout_s):
                 for _ in range(FRESH_CONNECTION_TRIES):
                     try:
-                        status, retry_after = await self._request(request, url)
-                        return PushResult(status, time.perf_counter() - start, retry_after)
+                        status, retry_after, meta = await self._request(request, url)
+                        elapsed = time.perf_counter() - start
+                        return PushResult(status, elapsed, retry_after, meta=meta)
                     except _StrayBytes:
                         self.protocol_errors.count(request.endpoint, STRAY)
                 raise _Refused(STRAY, "on every pooled connection tried")
@@ -257,9 +272,12 @@ class PushExecutor(Pusher):
             # in headers", a header that is not UTF-8): the same request fails every time.
             raise Undeliverable(f"undeliverable: {type(e).__name__}: {e}") from None
 
-    async def _request(self, request: PushRequest, url: URL) -> tuple[int, float | None]:
-        """One request on one connection: its status and Retry-After once its body is read to
-        its end (or past the cap: the connection is then closed, not reused)."""
+    async def _request(
+        self, request: PushRequest, url: URL
+    ) -> tuple[int, float | None, tuple[bytes | None, bytes | None, bytes | None, bytes | None]]:
+        """One request on one connection: its status, Retry-After and what the attempt log
+        keeps of it (:func:`_meta`), once its body is read to its end (or past the cap: the
+        connection is then closed, not reused)."""
         assert self._session is not None
         async with self._session.request(
             request.method,
@@ -276,11 +294,14 @@ class PushExecutor(Pusher):
                 protocol.closed if protocol is not None and _close_delimited(response) else None
             )
             left = self._settings.max_response_bytes
+            keep, kept = request.excerpt_bytes, b""
             while left >= 0:
                 chunk = await response.content.read(left + 1 if left else 1)
                 if not chunk:
                     break  # the end of the body
                 left -= len(chunk)
+                if len(kept) < keep:
+                    kept += chunk[: keep - len(kept)]
             if left < 0:
                 response.close()  # past the cap: the rest is not worth the wire
             elif closing is not None and closing.done() and closing.exception() is not None:
@@ -289,8 +310,9 @@ class PushExecutor(Pusher):
                 # A second response queued behind this one: aiohttp closes the connection
                 # when the answer is released; counted here.
                 self.protocol_errors.count(request.endpoint, STRAY)
-            retry_after = parse_retry_after(response.headers.get("Retry-After"), time.time())
-            return response.status, retry_after
+            raw_after = response.headers.get("Retry-After")
+            retry_after = parse_retry_after(raw_after, time.time())
+            return response.status, retry_after, _meta(response.headers, raw_after, kept, keep)
 
 
 def _close_delimited(response: aiohttp.ClientResponse) -> bool:

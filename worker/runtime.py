@@ -192,6 +192,7 @@ class Worker:
         self._start("history", partial(self.recorder.run, self.topics))
         self._start("loop-lag", self.metrics.measure_loop_lag)
         self._start("snapshots", partial(self.joblog.run, self.groups))
+        self._start("attempt trim", self.joblog.trim)
         if self.endpoint_board is not None:
             self._start(
                 "endpoints", partial(report_loop, self.endpoint_board, self.id, self.topics)
@@ -440,6 +441,7 @@ class Worker:
             state.endpoint,
             partial(self._gate, group, item),
             partial(self._written_late, group, item) if self._exact else None,
+            state.topic.response_excerpt_bytes,
         )
         try:
             result = await self.pusher.push(request)

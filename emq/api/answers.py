@@ -114,6 +114,10 @@ class TopicView(TypedDict):
     weight: NotRequired[int]
     burst: NotRequired[int]
     transaction_default: NotRequired[str]
+    response_excerpt_bytes: NotRequired[int]  # (docs/concepts/attempts.md)
+    callback_url: NotRequired[str]
+    failure_callback_url: NotRequired[str]
+    keep_delivered_s: NotRequired[int]
     secret: NotRequired[Annotated[str, Field(description="Standard Webhooks signing secret")]]
     backlog: NotRequired[Backlog]
     delayed: NotRequired[int]

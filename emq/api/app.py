@@ -46,7 +46,17 @@ from typing import Any, cast
 from aiohttp import web
 
 from capacity import group_count, kept_cap, split_quota
-from emq.api import answers, events, jsonbody, plans, replay, subscriptions, transactions, ui
+from emq.api import (
+    answers,
+    attempts,
+    events,
+    jsonbody,
+    plans,
+    replay,
+    subscriptions,
+    transactions,
+    ui,
+)
 from emq.api import schedules as schedule_routes
 from emq.api.auth import Authenticator, new_token, token_hash
 from emq.api.coalesce import CoalescedPuts
@@ -224,6 +234,7 @@ class Api:
             "weight": topic.weight,
             "burst": topic.burst,
             "transaction_default": topic.transaction_default,
+            **attempts.topic_view(topic),  # type: ignore[typeddict-item]
         }
         if secret:
             out["secret"] = topic.secret
@@ -488,6 +499,7 @@ def make_app(
     )
     ui.add_routes(app, handlers)
     replay.add_routes(app, handlers, replays)
+    attempts.add_routes(app, handlers, replays)
     plans.add_routes(app, handlers, plan_store)
     subscriptions.add_routes(app, handlers, subscription_store)
     events.add_routes(app, handlers, subscription_store, CoalescedPuts(queues))

@@ -20,6 +20,7 @@ from pydantic.json_schema import GenerateJsonSchema
 
 from emq import __version__
 from emq.api import answers, events_doc, plan_answers, replay, transactions, ui
+from emq.api import attempts as attempt_routes
 from emq.api import schedules as schedule_api
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
@@ -387,6 +388,7 @@ ROUTES = (
     Route("get", "/metrics", "Prometheus metrics (text)", "none", (200, "metrics", None), ()),
     Route("get", "/openapi.json", "This document", "none", (200, "OpenAPI 3.1", None), ()),
     *_SCHEDULE_ROUTES,
+    *attempt_routes.openapi_routes(Route),
 )
 
 ROUTES += events_doc.routes(Route)  # subscriptions and events (emq.api.events_doc)

@@ -121,6 +121,7 @@ class ReplayRoutes:
         ref = self.api.topic_ref(request, query)
         await self.api.config.get_topic(ref)  # an unknown topic is 404, not an empty list
         found = await self.store.latest(ref, query.limit)
+        found = [p for p in found if p.replay.source == "dlq"]  # (not redeliveries)
         return web.json_response(Replays(replays=[view(p) for p in found]))
 
     async def show(self, request: web.Request) -> web.Response:

@@ -36,6 +36,7 @@ FILES = {
     "replays.js": "text/javascript",
     "subscriptions.js": "text/javascript",
     "schedules.js": "text/javascript",
+    "attempts.js": "text/javascript",
     "app.css": "text/css",
 }
 MAX_TOPICS = 500  # a console row each: beyond that a table is no longer read, and each costs reads

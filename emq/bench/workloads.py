@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
 import statistics
 import time
 from typing import Any
@@ -135,11 +136,19 @@ async def sleep_until(wall: float) -> None:
 W2_TOPICS = [f"w2-{i:04d}" for i in range(1000)]
 
 
+def _excerpt_bytes() -> int:
+    """``BENCH_EXCERPT_BYTES``: W2's topics keep that much of each answer in the attempt
+    log, and the sink answers that much body (or ``BENCH_BODY_BYTES``: docs/concepts/
+    attempts.md); unset: 0."""
+    return int(os.environ.get("BENCH_EXCERPT_BYTES", "0") or 0)
+
+
 async def _w2_preload(h: Harness, jobs: int) -> int:
     backend = await h.fresh("W2")
     queues = [topic_ref(t).group(0).queue(p) for t in W2_TOPICS for p in PRIORITIES]
     per_queue = max(1, math.ceil(jobs / len(queues)))
-    url = f"{h.sink_base}/t/"
+    body = int(os.environ.get("BENCH_BODY_BYTES", "0") or 0) or _excerpt_bytes()
+    url = f"{h.sink_base}/body/{body}/" if body else f"{h.sink_base}/t/"
     items = (job_item(q, url + q.group.topic.topic) for q in round_robin(queues, per_queue))
     return await preload(backend, items)
 
@@ -193,7 +202,8 @@ async def _w2_worker(h: Harness, jobs: int, senders: int) -> dict[str, Any]:
     """A worker with ``senders`` delivers ``jobs``: jobs/s from the first to the last arrival."""
     jobs = await _w2_preload(h, jobs)
     contention = Contention(h.sink_pid, h.redis_pid).start()
-    spec = {"topics": topic_specs(W2_TOPICS, 150), "settings": {"senders": senders}}
+    excerpt = {"response_excerpt_bytes": _excerpt_bytes()} if _excerpt_bytes() else {}
+    spec = {"topics": topic_specs(W2_TOPICS, 150, **excerpt), "settings": {"senders": senders}}
     worker = await start_worker(h, "w2", spec)
     with stopping(worker):
         rss = rss_mib(worker.pid)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
+from emq.cli.attempts import add_job_commands
 from emq.cli.common import command, group, print_json, run
 
 if TYPE_CHECKING:
@@ -66,3 +67,4 @@ def add_commands(sub: Subparsers) -> None:
     show.add_argument("id", metavar="ID", help="the job id (msg_...) the enqueue answered")
     show.add_argument("--tenant", required=True, help="tenant name")
     show.add_argument("--topic", required=True, help="topic name")
+    add_job_commands(job)

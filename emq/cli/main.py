@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, NoReturn, cast
 
 from emq import __version__
 from emq.cli import (
+    attempts,
     bench,
     capacity,
     config,
@@ -74,6 +75,7 @@ def build_parser() -> argparse.ArgumentParser:
     jobs.add_commands(sub)
     subscriptions.add_commands(sub)
     transactions.add_commands(sub)
+    attempts.add_commands(sub)
     capacity.add_commands(sub)
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)

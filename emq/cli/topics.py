@@ -9,6 +9,7 @@ import argparse
 from collections import Counter
 from typing import TYPE_CHECKING, Any
 
+from emq.cli.attempts import add_topic_commands as add_record_commands
 from emq.cli.common import (
     CommandFailed,
     command,
@@ -273,6 +274,7 @@ def add_commands(sub: Subparsers) -> None:
         )
         tenant_and_topic(p)
     add_endpoint_commands(topic)
+    add_record_commands(topic)
 
 
 def _dlq_flags(p: argparse.ArgumentParser, prefix: str) -> None:

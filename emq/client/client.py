@@ -513,6 +513,55 @@ class Client(SubscriptionMethods):
         path = self._topic_path(tenant, topic, "schedules", schedule_id)
         return await self._object("DELETE", path, query=self._topic_query(namespace))
 
+    # ------------------------------------------------------------------ attempts (issue 29)
+
+    async def job_attempts(
+        self, tenant: str, topic: str, job_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """A job's recorded attempts, oldest first (docs/concepts/attempts.md)."""
+        path = self._topic_path(tenant, topic, "jobs", job_id, "attempts")
+        return await self._object("GET", path, query=self._topic_query(namespace))
+
+    async def search_jobs(
+        self, tenant: str, topic: str, *, namespace: str | None = None, **filters: Any
+    ) -> dict[str, Any]:
+        """The topic's jobs with retained records: ``state``, ``key``, ``idempotency_key``,
+        ``since``, ``until`` (epoch seconds), ``limit``, ``cursor``; ``{"jobs", "next_cursor"}``."""
+        query = self._topic_query(namespace)
+        query |= {k: str(v) for k, v in filters.items() if v is not None}
+        return await self._object("GET", self._topic_path(tenant, topic, "jobs"), query=query)
+
+    async def redeliver(
+        self,
+        tenant: str,
+        topic: str,
+        since: float,
+        *,
+        until: float | None = None,
+        rate: float | None = None,
+        namespace: str | None = None,
+    ) -> dict[str, Any]:
+        """Send again, paced, the jobs delivered between ``since`` and ``until``."""
+        body: dict[str, Any] = {"since": since}
+        body |= {k: v for k, v in (("until", until), ("rate", rate)) if v is not None}
+        path = self._topic_path(tenant, topic, "redeliveries")
+        return await self._object("POST", path, body=body, query=self._topic_query(namespace))
+
+    async def redeliveries(
+        self, tenant: str, topic: str, *, replay_id: str | None = None, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """One redelivery's progress, or ``{"redeliveries": [...]}``, newest first."""
+        extra = ("redeliveries",) if replay_id is None else ("redeliveries", replay_id)
+        path = self._topic_path(tenant, topic, *extra)
+        return await self._object("GET", path, query=self._topic_query(namespace))
+
+    async def redelivery_cancel(
+        self, tenant: str, topic: str, replay_id: str, *, namespace: str | None = None
+    ) -> dict[str, Any]:
+        """Cancel a redelivery; the redelivery as it stopped."""
+        path = self._topic_path(tenant, topic, "redeliveries", replay_id)
+        return await self._object("DELETE", path, query=self._topic_query(namespace))
+
     # ------------------------------------------------------------------ capacity plans (admin)
 
     async def publish_plan(

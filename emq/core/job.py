@@ -80,6 +80,12 @@ class Job:
     key: str | None = None
     idempotency_key: str | None = None
     delay_s: float = 0.0
+    # Where its final outcome is told (docs/concepts/attempts.md): delivered to
+    # ``callback_url``; dead to ``failure_callback_url`` (or ``callback_url``). A callback job
+    # carries ``callback_of`` (the job it tells of) and never has a callback itself.
+    callback_url: str | None = None
+    failure_callback_url: str | None = None
+    callback_of: str | None = None
 
     @classmethod
     def parse(cls, value: object, limits: JobLimits | None = None) -> Job:
@@ -100,6 +106,8 @@ class Job:
         idempotency_key: str | None,
         delay_s: float,
         lim: JobLimits,
+        callback_url: str | None = None,
+        failure_callback_url: str | None = None,
     ) -> Job:
         """A job from fields the schema has validated, after the checks it cannot express:
         sendability, sizes (413), reserved and repeated headers, lone surrogates."""
@@ -114,6 +122,10 @@ class Job:
             None if key is None else check_text(key, "key"),
             None if idempotency_key is None else check_text(idempotency_key, "idempotency_key"),
             delay_s,
+            None if callback_url is None else _check_callback(callback_url, "callback_url", lim),
+            None
+            if failure_callback_url is None
+            else _check_callback(failure_callback_url, "failure_callback_url", lim),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -133,6 +145,12 @@ class Job:
             d["idempotency_key"] = self.idempotency_key
         if self.delay_s:
             d["delay_s"] = self.delay_s
+        if self.callback_url is not None:
+            d["callback_url"] = self.callback_url
+        if self.failure_callback_url is not None:
+            d["failure_callback_url"] = self.failure_callback_url
+        if self.callback_of is not None:
+            d["callback_of"] = self.callback_of
         return d
 
 
@@ -144,6 +162,13 @@ def _check_url(value: str, lim: JobLimits) -> str:
         raise PayloadTooLarge("url", f"is longer than {lim.max_url_chars} characters")
     push_url(value)  # the worker's own parse: what passes here can be sent
     return value
+
+
+def _check_callback(value: str, name: str, lim: JobLimits) -> str:
+    try:
+        return _check_url(value, lim)
+    except InvalidInput as e:
+        raise InvalidInput(name, e.message) from None
 
 
 def _check_headers(value: Mapping[str, str], lim: JobLimits) -> dict[str, str]:
@@ -290,5 +315,8 @@ class Envelope:
             j.get("key"),
             j.get("idempotency_key"),
             j.get("delay_s", 0.0),
+            j.get("callback_url"),
+            j.get("failure_callback_url"),
+            j.get("callback_of"),
         )
         return cls(d["id"], job, d["t"], d.get("a", 0), d.get("s"))

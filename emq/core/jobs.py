@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
+from emq.core.attempts import AttemptStore, AttemptWrite, IndexWrite
 from emq.core.model import PRIORITIES, GroupRef, Priority, QueueRef
 
 _CROCKFORD = "0123456789abcdefghjkmnpqrstvwxyz"
@@ -133,6 +134,8 @@ class JobRecord(NamedTuple):
     ``state``: ``delivered`` (``status`` and ``latency_ms``: enqueue to delivery), ``retry_wait``
     (``attempt`` failed, ``next_ms`` the next attempt, ``status``/``error`` the last answer,
     ``retry_after``: the wait is the endpoint's Retry-After) or ``dead`` (``error`` the reason).
+    A delivery's record also holds its attempt (emq.core.attempts): ``duration_ms`` and the
+    kept ``headers`` of the answer.
     """
 
     job_id: str
@@ -144,9 +147,11 @@ class JobRecord(NamedTuple):
     latency_ms: int | None = None
     next_ms: int | None = None
     retry_after: bool = False
+    duration_ms: int | None = None
+    headers: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        d = {
             "s": self.state,
             "at": self.at_ms,
             "n": self.attempt,
@@ -156,6 +161,11 @@ class JobRecord(NamedTuple):
             "next": self.next_ms,
             "ra": 1 if self.retry_after else 0,
         }
+        if self.duration_ms is not None:
+            d["d"] = self.duration_ms
+        if self.headers is not None:
+            d["h"] = self.headers
+        return d
 
     @classmethod
     def from_dict(cls, job_id: str, d: dict[str, Any]) -> JobRecord:
@@ -169,6 +179,8 @@ class JobRecord(NamedTuple):
             d.get("lat"),
             d.get("next"),
             bool(d.get("ra", 0)),
+            d.get("d"),
+            d.get("h"),
         )
 
 
@@ -257,12 +269,27 @@ class JobStore(abc.ABC):
     """Job records and group snapshots (written by workers), and the per-job lookup (the API)."""
 
     ttl_s: int = 600  # how long records stay readable (0: none are kept)
+    attempt_store: AttemptStore | None = None  # the attempt log's reads (emq.core.attempts)
 
     @abc.abstractmethod
-    async def record(self, records: Sequence[tuple[str, bytes]]) -> None:
-        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention; one
-        round trip. Best effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the
-        caller drops them)."""
+    async def record(
+        self,
+        records: Sequence[tuple[str, bytes]],
+        attempts: Sequence[AttemptWrite] = (),
+        index: Sequence[IndexWrite] = (),
+        delivered: Sequence[tuple[QueueRef, int, bytes]] = (),
+    ) -> None:
+        """Keep ``records`` (job id, :meth:`JobRecord.to_dict` as JSON) for the retention, with
+        the ``attempts`` (job id, attempt number, :meth:`Attempt.encode`), their search
+        ``index`` entries and the ``delivered`` jobs a topic keeps for redeliveries (the
+        delivered-log key of their group, keep ms, the envelope); one round trip. Best
+        effort: may raise :class:`~emq.core.errors.BackendUnavailable` (the caller drops
+        them)."""
+
+    async def trim_attempts(self) -> None:
+        """Keep the attempt log within its byte budget and the indexes within the retention
+        (a store without an attempt log has nothing to trim)."""
+        return None
 
     @abc.abstractmethod
     async def publish(self, snapshots: Sequence[tuple[GroupRef, bytes]]) -> None:

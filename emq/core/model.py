@@ -138,6 +138,8 @@ class RetryPolicy:
 
 MAX_TOPIC_QPS = 1_000_000
 MAX_TOPIC_WEIGHT = 1000
+MAX_EXCERPT_BYTES = 4096  # of a response body kept per attempt (docs/concepts/attempts.md)
+MAX_KEEP_DELIVERED_S = 7 * 86400  # delivered jobs kept for a redelivery
 # Dead-letter retention per group of a topic (docs/guides/data-at-rest.md): a DLQ keeps at most this
 # many letters, none older than this; older ones are trimmed when letters are added and by the
 # owning worker's slow timer. Trims are approximate (whole stream nodes): a little over either.
@@ -187,6 +189,13 @@ class Topic:
     # What an open transaction's check-back applies when its bound is reached without an
     # answer (emq.core.transactions): "rollback" or "commit".
     transaction_default: str = "rollback"
+    # The attempt log, callbacks and redelivery (docs/concepts/attempts.md): the response
+    # body's first bytes kept per attempt, the callback URLs of jobs that name none, and how
+    # long delivered jobs are kept for a redelivery (0: not kept).
+    response_excerpt_bytes: int = 0
+    callback_url: str = ""
+    failure_callback_url: str = ""
+    keep_delivered_s: int = 0
 
     def __post_init__(self) -> None:
         _int_in(self.qps, "qps", 1, MAX_TOPIC_QPS)
@@ -194,6 +203,8 @@ class Topic:
         _int_in(self.burst, "burst", 0, MAX_TOPIC_QPS)
         if self.transaction_default not in ("rollback", "commit"):
             raise InvalidInput("transaction_default", "must be rollback or commit")
+        _int_in(self.response_excerpt_bytes, "response_excerpt_bytes", 0, MAX_EXCERPT_BYTES)
+        _int_in(self.keep_delivered_s, "keep_delivered_s", 0, MAX_KEEP_DELIVERED_S)
         _int_in(self.groups, "groups", 1, self.qps)
         _int_in(self.endpoint_concurrency, "endpoint_concurrency", 1, 10_000)
         _int_in(self.max_backlog, "max_backlog", 1, 1_000_000_000)

@@ -103,6 +103,26 @@ class RedisKeys:
         however many groups it serves."""
         return f"{self.prefix}:jobs:{bucket}:{shard}"
 
+    def attempts(self, bucket: int, shard: int) -> str:
+        """Hash ``<job id>.<attempt>`` -> the attempt's record, for one time slice and one
+        shard of the job ids (expires with the job records; emq.core.attempts)."""
+        return f"{self.prefix}:att:{bucket}:{shard}"
+
+    def attempt_bytes(self) -> str:
+        """Hash time slice -> bytes of attempts written in it (the namespace's byte budget)."""
+        return f"{self.prefix}:att:bytes"
+
+    def job_index(self, bucket: int, shard: int, what: str) -> str:
+        """Sorted set of the job outcomes of one time slice in one shard of the topics, ordered
+        by topic, then time (adapters.redis_attempts): ``what`` a state (``s:dead``), or ``k``
+        (by ``key``) or ``i`` (by ``idempotency_key``). Expires with its slice."""
+        return f"{self.prefix}:jx:{{{shard}}}:{bucket}:{what}"
+
+    def delivered_log(self, group: GroupRef) -> str:
+        """Stream of the group's delivered jobs as delivered (entry id: the delivery time),
+        kept for the topic's ``keep_delivered_s`` for redeliveries."""
+        return self._group_key(group, "delivered")
+
     def group_snapshots(self) -> str:
         """Hash ``str(GroupRef)`` -> what the group's owner last said it waits for (with the
         time it said it: an old one says nothing). One field per group ever snapshotted."""

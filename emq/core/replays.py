@@ -93,6 +93,9 @@ class Replay:
     created_at: float = 0.0
     finished_at: float | None = None
     error: str = ""
+    # Where the jobs come from: ``dlq`` (moved out of the DLQs) or ``delivered`` (a
+    # redelivery: copied from the delivered logs a topic keeps with ``keep_delivered_s``).
+    source: str = "dlq"
 
     def group_refs(self) -> tuple[GroupRef, ...]:
         return tuple(GroupRef(self.topic, i) for i in range(self.groups))

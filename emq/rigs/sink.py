@@ -21,6 +21,8 @@ Paths:
 * ``/logged/<topic>``: a receiver that does some work per request: parses the JSON body and logs
   a line for it (the ``emq.rigs.sink.requests`` logger: the process's output, its log file), then
   answers ``200`` (``400`` to a body that is not JSON) and is counted like ``/t/`` (W8).
+* ``/body/<n>/<topic>``: like ``/t/``, answered ``200`` with ``n`` bytes of body (the attempt
+  log's excerpts: ``BENCH_EXCERPT_BYTES``, :mod:`emq.bench.workloads`).
 * ``/hang/<anything>``: never answered; the connection stays open until the client gives up.
 * ``/slow/<ms>/<topic>``: answered ``200`` after ``ms`` milliseconds, then counted per topic per
   wall-clock second like ``/t/`` (but not in ``requests``, ``first_at`` or ``last_at``).
@@ -165,6 +167,11 @@ class SinkProtocol(asyncio.Protocol):
         if path.startswith(b"/t/"):
             self._count(head, now, path[3:])
             transport.write(_OK)
+        elif path.startswith(b"/body/"):  # /body/<n>/<topic>: 200 with n bytes of body
+            size, _, rest = path[6:].partition(b"/")
+            self._count(head, now, rest)
+            n = int(size) if size.isdigit() else 0
+            transport.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % n + b"x" * n)
         elif path.startswith(b"/logged/"):
             if self._logged(head, body, path[8:]):
                 self._count(head, now, path[8:])

@@ -67,7 +67,7 @@ class Exchange:
 
 def outcome(fut: asyncio.Future[Answer]) -> Any:
     assert fut.done(), "no answer yet"
-    return fut.exception() or fut.result()
+    return fut.exception() or fut.result()[:2]  # (status, Retry-After; the rest: the attempt log)
 
 
 OK = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"

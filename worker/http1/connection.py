@@ -57,7 +57,9 @@ from worker.protocol_errors import (
     message,
 )
 
-Answer = tuple[int, bytes | None]  # status, raw Retry-After
+# status, raw Retry-After, and for the attempt log: raw Content-Type, raw Content-Length, the
+# body's first bytes (when asked for)
+Answer = tuple[int, bytes | None, bytes | None, bytes | None, bytes | None]
 
 
 class ConnectionLost(ConnectionError):
@@ -137,6 +139,10 @@ class Connection(asyncio.Protocol):
         self._head_bytes = 0  # bytes read since the request, until its head was complete
         self._fields = 0
         self._refusal = ""  # the rule a parser callback found broken (_Refused)
+        self._content_type: bytes | None = None
+        self._content_length: bytes | None = None
+        self._keep = 0  # body bytes to keep for the attempt log (0: none)
+        self._kept: bytes | None = None
 
     # ------------------------------------------------------------------ the caller's side
 
@@ -145,14 +151,17 @@ class Connection(asyncio.Protocol):
         """A request is waiting for its answer."""
         return self._waiter is not None
 
-    def send(self, data: bytes, head: bool) -> asyncio.Future[Answer]:
-        """Write one request; the future answers (status, Retry-After) or fails. Its total
-        timeout is the caller's (:mod:`worker.http1.deadlines`: :meth:`expire`)."""
+    def send(self, data: bytes, head: bool, keep: int = 0) -> asyncio.Future[Answer]:
+        """Write one request; the future answers (status, Retry-After, Content-Type,
+        Content-Length, the body's first ``keep`` bytes) or fails. Its total timeout is the
+        caller's (:mod:`worker.http1.deadlines`: :meth:`expire`)."""
         waiter = self._waiter = self._loop.create_future()
         self.sent += 1
         self._head = head
         self._status = self._body = self._head_bytes = self._fields = 0
-        self._retry_after = None
+        self._retry_after = self._content_type = self._content_length = None
+        self._keep = keep
+        self._kept = b"" if keep else None
         self._framed = self._headers_done = self._informational = False
         assert self.transport is not None
         self.transport.write(data)
@@ -235,8 +244,12 @@ class Connection(asyncio.Protocol):
         if n == 11:
             if name.lower() == b"retry-after":
                 self._retry_after = value
+        elif n == 12:
+            if name.lower() == b"content-type":
+                self._content_type = value
         elif n == 14 and name.lower() == b"content-length":
             self._framed = True
+            self._content_length = value
         elif n == 17 and name.lower() == b"transfer-encoding":
             # chunked last: the body ends itself; any other coding: read until the close
             self._framed = value.rstrip().lower().endswith(b"chunked")
@@ -258,6 +271,7 @@ class Connection(asyncio.Protocol):
         if 100 <= status < 200 and status != 101:
             self._informational = True  # 100, 102, 103: the answer follows
             self._retry_after, self._framed, self._fields = None, False, 0
+            self._content_type = self._content_length = None
             return
         self._status = status
         self._headers_done = True
@@ -268,6 +282,9 @@ class Connection(asyncio.Protocol):
 
     def on_body(self, body: bytes) -> None:
         self._body += len(body)
+        kept = self._kept
+        if kept is not None and len(kept) < self._keep:
+            self._kept = kept + body[: self._keep - len(kept)]
         if self._body > self._max_body and self._waiter is not None:
             self._finish(reuse=False)  # more than we read: the rest is not worth the wire
 
@@ -284,7 +301,13 @@ class Connection(asyncio.Protocol):
         waiter, self._waiter = self._waiter, None
         assert waiter is not None
         if not waiter.done():
-            waiter.set_result((self._status, self._retry_after))
+            status, after, ctype, clen = (
+                self._status,
+                self._retry_after,
+                self._content_type,
+                self._content_length,
+            )
+            waiter.set_result((status, after, ctype, clen, self._kept))
         if reuse and not self.closed:
             self.idle_since = self._loop.time()
             self._release(self)

@@ -147,7 +147,7 @@ class LeanPusher(Pusher):
                 if request.gate is not None and not request.gate():
                     pool.keep(conn)  # (opened for nothing: the next push takes it)
                     raise NotSent
-                answer = conn.send(data, request.method == "HEAD")
+                answer = conn.send(data, request.method == "HEAD", request.excerpt_bytes)
                 sent_at = time.time()
                 conn.endpoint = request.endpoint
                 # sent later than the requests queued since: out of the queue's order
@@ -157,13 +157,13 @@ class LeanPusher(Pusher):
                 if request.gate is not None and not request.gate():
                     pool.keep(conn)
                     raise NotSent
-                answer = conn.send(data, request.method == "HEAD")
+                answer = conn.send(data, request.method == "HEAD", request.excerpt_bytes)
                 sent_at = time.time()
                 conn.endpoint = request.endpoint
                 deadlines.add(deadline, conn)
             if sent_at - asked_at > self.write_margin_s and request.written is not None:
                 request.written(sent_at)  # (exact_writes: told before anything else runs)
-            status, retry_after = await answer
+            status, retry_after, ctype, clen, kept = await answer
         except DeliveryError:
             raise
         except TimeoutError:
@@ -183,7 +183,8 @@ class LeanPusher(Pusher):
                 conn.abort()  # its answer will never be read: the connection is unusable
             raise
         elapsed = time.perf_counter() - start
+        meta = (retry_after, ctype, clen, kept)  # (the attempt log's)
         if retry_after is None:
-            return PushResult(status, elapsed, sent_at=sent_at)
+            return PushResult(status, elapsed, sent_at=sent_at, meta=meta)
         after = parse_retry_after(retry_after.decode("latin-1"), time.time())
-        return PushResult(status, elapsed, after, sent_at=sent_at)
+        return PushResult(status, elapsed, after, sent_at=sent_at, meta=meta)

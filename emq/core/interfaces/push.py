@@ -29,6 +29,9 @@ class PushRequest(NamedTuple):
     # request's grant there at once (worker.runtime: ``_written_late``), not when the answer
     # comes, which may be after the grant a quota later was made.
     written: Callable[[float], None] | None = None
+    # Bytes of the response body to keep for the attempt log (the topic's
+    # ``response_excerpt_bytes``; 0: none, the body is counted, never kept).
+    excerpt_bytes: int = 0
 
 
 class NotSent(Exception):
@@ -46,6 +49,10 @@ class PushResult(NamedTuple):
     # the request's quota grant there when the write came later than the grant allowed
     # (worker.runtime: ``_written_late``).
     sent_at: float = 0.0
+    # For the attempt log (emq.core.attempts): the raw ``Retry-After``, ``Content-Type`` and
+    # ``Content-Length`` of the answer and the body's first ``excerpt_bytes`` (each None when
+    # absent); None when there was no answer.
+    meta: tuple[bytes | None, bytes | None, bytes | None, bytes | None] | None = None
 
 
 class Pusher(AsyncResource):

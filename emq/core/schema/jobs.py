@@ -58,6 +58,19 @@ def _upper(value: object) -> object:
     return value.upper() if isinstance(value, str) else value
 
 
+CallbackUrl = Annotated[
+    str | None,
+    Field(
+        pattern=URL_PATTERN,
+        description=(
+            "told the job's final outcome (a signed callback job, docs/concepts/attempts.md); "
+            "checked as the job's url"
+        ),
+        json_schema_extra={"format": "uri", "maxLength": _DEFAULT_LIMITS.max_url_chars},
+    ),
+]
+
+
 class JobIn(Body):
     """One job as a tenant sends it: an HTTP request to deliver later."""
 
@@ -111,6 +124,8 @@ class JobIn(Body):
         ),
     ] = None
     delay_s: Annotated[float, Field(ge=0, le=MAX_DELAY_S)] = 0.0
+    callback_url: CallbackUrl = None
+    failure_callback_url: CallbackUrl = None
 
     def job(self, limits: JobLimits) -> Job:
         """The core's job, after the checks the schema cannot express."""
@@ -124,6 +139,8 @@ class JobIn(Body):
             self.idempotency_key,
             self.delay_s,
             limits,
+            self.callback_url,
+            self.failure_callback_url,
         )
 
 

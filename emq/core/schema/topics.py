@@ -18,6 +18,7 @@ from emq.core.model import (
     RetryPolicy,
     Topic,
 )
+from emq.core.schema.attempts import ExcerptBytes, KeepDeliveredS, TopicCallbackUrl
 from emq.core.schema.common import (
     DEAD_LETTER_ID_PATTERN,
     MAX_REPLAY,
@@ -127,6 +128,10 @@ class TopicIn(IntegralBody):
     weight: Weight = 1
     burst: Burst = 0
     transaction_default: TransactionDefault = "rollback"
+    response_excerpt_bytes: ExcerptBytes = 0
+    callback_url: TopicCallbackUrl = ""
+    failure_callback_url: TopicCallbackUrl = ""
+    keep_delivered_s: KeepDeliveredS = 0
 
 
 class TopicPatch(IntegralBody):
@@ -160,6 +165,10 @@ class TopicPatch(IntegralBody):
     weight: Weight = Field(default=None)  # type: ignore[assignment]
     burst: Burst = Field(default=None)  # type: ignore[assignment]
     transaction_default: TransactionDefault = Field(default=None)  # type: ignore[arg-type]
+    response_excerpt_bytes: ExcerptBytes = Field(default=None)  # type: ignore[assignment]
+    callback_url: TopicCallbackUrl = Field(default=None)  # type: ignore[assignment]
+    failure_callback_url: TopicCallbackUrl = Field(default=None)  # type: ignore[assignment]
+    keep_delivered_s: KeepDeliveredS = Field(default=None)  # type: ignore[assignment]
 
 
 DeadLetterId = Annotated[
