@@ -2,12 +2,16 @@
 ``POST .../events?transaction_id=`` prepares every delivery (queues untouched, job status
 ``prepared`` in the event's record), a commit queues them, a rollback discards them, a decided
 transaction is a 409 with its final state and stores nothing, the transaction's limits apply to
-the deliveries, and an idempotent event repeated in a transaction is delivered once."""
+the deliveries, an idempotent event repeated in a transaction is delivered once; and the Python
+client's ``tx.publish`` and ``emq event publish --transaction-id``."""
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import ipaddress
+import os
+import sys
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -15,6 +19,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from emq.api import ApiSettings, make_app
+from emq.client import Client
 from emq.compose import open_config, open_jobs, open_queues, open_subscriptions, open_transactions
 from emq.core.model import Namespace, TopicRef
 from emq.core.settings import Settings
@@ -146,3 +151,35 @@ async def test_closed_unknown_and_too_many_store_nothing(evapi: EvApi) -> None:
     await evapi.decide(tx, "commit")
     assert await evapi.backlog() == 2
     assert [d["state"] for d in await evapi.deliveries(first["event_id"])] == ["queued"] * 2
+
+
+async def test_the_client_and_the_cli_publish_into_a_transaction(evapi: EvApi) -> None:
+    url, token = str(evapi.client.make_url("")).rstrip("/"), evapi.h["Authorization"][7:]
+    async with Client(url, token) as emq:
+        async with emq.transaction("acme", "orders", check_url=CHECK_URL) as tx:
+            sent = await tx.publish("invoice.paid", {"n": 1}, key="c1")
+            assert (sent["deliveries"], sent["duplicates"]) == (2, 0)
+            assert await evapi.backlog() == 0 and (await tx.show())["jobs"] == 2
+        assert (await tx.show())["state"] == "committed" and await evapi.backlog() == 2
+        with pytest.raises(RuntimeError):
+            async with emq.transaction("acme", "orders", check_url=CHECK_URL) as failed:
+                await failed.publish_events([{"type": "order.made"}, {"type": "user.seen"}])
+                raise RuntimeError("the database commit failed")
+        assert (await failed.show())["state"] == "rolled_back" and await evapi.backlog() == 2
+
+        cli_tx = await evapi.open()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+        env |= {"EMQ_API_URL": url, "EMQ_TOKEN": token}
+        args = ("event", "publish", "acme", "orders", "--type", "order.made", "--transaction-id")
+        said = []
+        for tx_id in (cli_tx, "bad"):
+            proc = await asyncio.create_subprocess_exec(
+                sys.executable, "-m", "emq", *args, tx_id, env=env,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+            )  # fmt: skip
+            out, err = await asyncio.wait_for(proc.communicate(), 30)
+            said.append((proc.returncode, out.decode(), err.decode().strip()))
+        assert said[0][0] == 0 and f"2 deliveries, prepared in transaction {cli_tx}" in said[0][1]
+        code, _, err = said[1]  # the bad id: one line naming the field
+        assert code != 0 and "transaction_id" in err and "\n" not in err, said[1]
+        assert await evapi.jobs_in(cli_tx) == 2 and await evapi.backlog() == 2
