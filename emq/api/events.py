@@ -10,6 +10,12 @@ batch, coalesced with the other requests of the loop iteration), so they are acc
 or not at all, and each is an ordinary job: the topic's quota, priority, retries, DLQ, job
 status. The validated path is :meth:`EventPublisher.publish`, for other modules that publish.
 
+**In a transaction** (``?transaction_id=``, :mod:`emq.api.transactions`) the same jobs are
+prepared in it instead of put (the publisher's ``store``): all or none, invisible to workers
+until the commit releases them, discarded by a rollback; the event's record lists them from the
+start, and their status reads ``prepared`` until then. An idempotency key is checked by the
+release (a taken one drops the prepared job), so a repeat keeps the deliveries recorded first.
+
 Each delivery is a POST of the Standard Webhooks payload ``{"type", "timestamp", "data"}`` to the
 subscription's URL with its headers and ``emq-event-id``, ``emq-event-type``; its job id is its
 ``webhook-id`` (unique per event and subscription, stable across retries); its envelope names
