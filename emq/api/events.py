@@ -221,12 +221,13 @@ class EventPublisher:
                 known = None  # changed meanwhile: again on the new snapshot, with new ids
         if known is None:
             plan, items = self._prepare(topic, await self._subs.snapshot(ref), events, now)
+        results: Sequence[PutResult]
         if store is not None:
-            results = list(await store(items))
+            results = await store(items)
         else:
             if items:
                 await self._guard.check(topic, len(items))
-            results = list(await self._queues.put(items)) if items else []
+            results = await self._queues.put(items) if items else []
         if known is None:  # recorded once the put answered: a repeat's ids are the first ones
             records = _records(plan, results, int(now * 1000))
             if store is not None and repeatable:
@@ -256,18 +257,21 @@ class EventPublisher:
         """Prepared deliveries of a repeated event keep the jobs recorded first: a prepared job
         whose idempotency key is taken when its transaction is released is dropped there, so the
         first one is the delivery (as a put answers a repeat with the first job's id)."""
-        out = []
-        for record in records:
+
+        async def kept(record: EventRecord) -> EventRecord:
             try:
                 first = await self._subs.event(ref, record.id)
             except NotFound:
-                out.append(record)
-                continue
+                return record
             except BackendUnavailable as e:
                 log.warning("topic %s: event %s not read before recording: %s", ref, record.id, e)
-                first = None
-            kept = {**record.deliveries, **first.deliveries} if first else record.deliveries
-            out.append(EventRecord(record.id, record.type, record.accepted_ms, kept))
+                return record
+            merged = {**record.deliveries, **first.deliveries}
+            return EventRecord(record.id, record.type, record.accepted_ms, merged)
+
+        out: list[EventRecord] = []
+        for start in range(0, len(records), 100):  # at most 100 reads in flight
+            out += await asyncio.gather(*(kept(r) for r in records[start : start + 100]))
         return out
 
     async def _record(self, ref: TopicRef, records: list[EventRecord]) -> None:
