@@ -10,6 +10,12 @@ batch, coalesced with the other requests of the loop iteration), so they are acc
 or not at all, and each is an ordinary job: the topic's quota, priority, retries, DLQ, job
 status. The validated path is :meth:`EventPublisher.publish`, for other modules that publish.
 
+**In a transaction** (``?transaction_id=``, :mod:`emq.api.transactions`) the same jobs are
+prepared in it instead of put (the publisher's ``store``): all or none, invisible to workers
+until the commit releases them, discarded by a rollback; the event's record lists them from the
+start, and their status reads ``prepared`` until then. An idempotency key is checked by the
+release (a taken one drops the prepared job), so a repeat keeps the deliveries recorded first.
+
 Each delivery is a POST of the Standard Webhooks payload ``{"type", "timestamp", "data"}`` to the
 subscription's URL with its headers and ``emq-event-id``, ``emq-event-type``; its job id is its
 ``webhook-id`` (unique per event and subscription, stable across retries); its envelope names
@@ -39,7 +45,7 @@ import itertools
 import logging
 import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Annotated, Any, NotRequired
@@ -52,12 +58,14 @@ from typing_extensions import TypedDict
 from emq.api import jsonbody
 from emq.api.enqueue import BacklogGuard, jump_hash
 from emq.api.jobs import job_status
+from emq.api.transactions import closed_response
 from emq.core import schema
 from emq.core.errors import BackendUnavailable, InvalidInput, NotFound, PayloadTooLarge
 from emq.core.interfaces import ConfigStore, JobProducer, PutItem, PutResult
 from emq.core.jobs import JobStore, placed_job_ids
 from emq.core.model import GroupRef, JobLimits, Priority, QueueRef, Topic, TopicRef
 from emq.core.schema.subscriptions import MAX_EVENTS, EventBatchIn, EventIn
+from emq.core.schema.transactions import EnqueueQuery
 from emq.core.subscriptions import (
     EVENT_ID_HEADER,
     EVENT_TYPE_HEADER,
@@ -68,6 +76,7 @@ from emq.core.subscriptions import (
     is_event_id,
     new_event_id,
 )
+from emq.core.transactions import TransactionClosed
 
 if TYPE_CHECKING:
     from emq.api.app import Api
@@ -78,6 +87,10 @@ _TOPIC = "/v1/tenants/{tenant}/topics/{topic}"
 PATH = _TOPIC + "/events"
 MAX_DELIVERIES = 10_000  # delivery jobs one request may create (413 beyond)
 _PRIORITIES = {p.value: p for p in Priority}
+
+
+Store = Callable[[list[PutItem]], Awaitable[Sequence[PutResult]]]
+"""What stores a request's delivery jobs instead of the queues (:meth:`EventPublisher.publish`)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,16 +128,20 @@ class EventAccepted(TypedDict):
 
 class EventsAccepted(TypedDict):
     events: list[EventAccepted]
+    transaction_id: NotRequired[str]
 
 
 class EventsAnswer(TypedDict):
     """One event: its ``event_id``, ``deliveries`` and ``duplicates``; a batch: ``events``,
-    one of those per event, in order."""
+    one of those per event, in order; with ``?transaction_id=``, that ``transaction_id``."""
 
     event_id: NotRequired[str]
     deliveries: NotRequired[int]
     duplicates: NotRequired[int]
     events: NotRequired[list[EventAccepted]]
+    transaction_id: NotRequired[
+        Annotated[str, Field(description="with ?transaction_id=: deliveries prepared in it")]
+    ]
 
 
 class DeliveryState(TypedDict):
@@ -185,8 +202,14 @@ class EventPublisher:
         self._spread: dict[TopicRef, itertools.count[int]] = {}
         self._heads_of: dict[TopicRef, tuple[Snapshot, dict[str, bytes]]] = {}
 
-    async def publish(self, ref: TopicRef, events: Sequence[Event]) -> list[Published]:
-        """Store one delivery job per (event, enabled matching subscription), all or none."""
+    async def publish(
+        self, ref: TopicRef, events: Sequence[Event], *, store: Store | None = None
+    ) -> list[Published]:
+        """Store one delivery job per (event, enabled matching subscription), all or none.
+
+        ``store`` stores the items instead of the queues' put (and answers their results): the
+        transactions' prepare. It is called even with no items (a transaction's state is then
+        still checked) and guards the backlog itself, so this one's guard is skipped."""
         topic = await self._config.get_topic(ref)
         now = self._clock()
         repeatable = any(e.idempotency_key is not None for e in events)
@@ -198,13 +221,20 @@ class EventPublisher:
                 known = None  # changed meanwhile: again on the new snapshot, with new ids
         if known is None:
             plan, items = self._prepare(topic, await self._subs.snapshot(ref), events, now)
-        if items:
-            await self._guard.check(topic, len(items))
-        results = await self._queues.put(items) if items else []
+        results: Sequence[PutResult]
+        if store is not None:
+            results = await store(items)
+        else:
+            if items:
+                await self._guard.check(topic, len(items))
+            results = await self._queues.put(items) if items else []
         if known is None:  # recorded once the put answered: a repeat's ids are the first ones
-            await self._record(ref, _records(plan, results, int(now * 1000)))
-        stored = sum(1 for r in results if not r.duplicate)
-        self._guard.accepted(topic, stored)
+            records = _records(plan, results, int(now * 1000))
+            if store is not None and repeatable:
+                records = await self._first_kept(ref, records)
+            await self._record(ref, records)
+        if store is None:
+            self._guard.accepted(topic, sum(1 for r in results if not r.duplicate))
         out, at = [], 0
         for _, event_id, subs in plan:
             mine = results[at : at + len(subs)]
@@ -222,6 +252,27 @@ class EventPublisher:
                 "events", f"{total} deliveries in one request; at most {MAX_DELIVERIES}"
             )
         return plan, self._items(topic, snap, plan, now, batch=len(events) > 1)
+
+    async def _first_kept(self, ref: TopicRef, records: list[EventRecord]) -> list[EventRecord]:
+        """Prepared deliveries of a repeated event keep the jobs recorded first: a prepared job
+        whose idempotency key is taken when its transaction is released is dropped there, so the
+        first one is the delivery (as a put answers a repeat with the first job's id)."""
+
+        async def kept(record: EventRecord) -> EventRecord:
+            try:
+                first = await self._subs.event(ref, record.id)
+            except NotFound:
+                return record
+            except BackendUnavailable as e:
+                log.warning("topic %s: event %s not read before recording: %s", ref, record.id, e)
+                return record
+            merged = {**record.deliveries, **first.deliveries}
+            return EventRecord(record.id, record.type, record.accepted_ms, merged)
+
+        out: list[EventRecord] = []
+        for start in range(0, len(records), 100):  # at most 100 reads in flight
+            out += await asyncio.gather(*(kept(r) for r in records[start : start + 100]))
+        return out
 
     async def _record(self, ref: TopicRef, records: list[EventRecord]) -> None:
         try:
@@ -334,10 +385,19 @@ class EventPublisher:
         return next(spread) % topic.groups
 
 
-async def event_view(jobs: JobStore | None, topic: Topic, record: EventRecord) -> EventView:
-    """Each delivery's job status (``unknown`` once its record is no longer kept)."""
+async def event_view(
+    jobs: JobStore | None,
+    topic: Topic,
+    record: EventRecord,
+    prepared: Callable[[Topic, str], Awaitable[dict[str, Any] | None]] | None = None,
+) -> EventView:
+    """Each delivery's job status (``unknown`` once its record is no longer kept); ``prepared``
+    answers the status of a job held in a transaction (state ``prepared``), or None."""
 
     async def one(sub_id: str, job_id: str) -> DeliveryState:
+        held = await prepared(topic, job_id) if prepared is not None else None
+        if held is not None:
+            return {"subscription": sub_id, "job_id": job_id, "state": "prepared", "status": held}
         if jobs is None:
             return {"subscription": sub_id, "job_id": job_id, "state": "unknown", "status": None}
         try:
@@ -377,22 +437,45 @@ class EventRoutes:
         )
 
     async def publish(self, request: web.Request) -> web.Response:
+        """``POST .../events``; with ``?transaction_id=`` the deliveries are prepared in that
+        open transaction (:meth:`~emq.api.transactions.Transactions.prepare_items`) instead of
+        queued: delivered once it commits, discarded if it rolls back."""
         await self.api.auth.tenant_or_admin(request, request.match_info["tenant"])
-        ref = self.api.topic_ref(request)
+        tx_id = None
+        if "transaction_id" in request.query:
+            query = schema.query(EnqueueQuery, request.query)
+            ref, tx_id = self.api.topic_ref(request, query), query.transaction_id
+        else:
+            ref = self.api.topic_ref(request)
         events, batch = parse_events(await self.api.read_object(request))
         if self.publisher is None:
             raise BackendUnavailable("events are not served by this API (no subscription store)")
+        if tx_id is not None:
+            return await self._prepare(ref, tx_id, events, batch)
         published = await self.publisher.publish(ref, events)
         stored = sum(p.deliveries - p.duplicates for p in published)
         self.api.metrics.accepted(ref, stored, sum(p.duplicates for p in published))
         if self.api.enqueue_history is not None and stored:
             self.api.enqueue_history.add(await self.api.config.get_topic(ref), stored)
-        rows = [
-            EventAccepted(event_id=p.event_id, deliveries=p.deliveries, duplicates=p.duplicates)
-            for p in published
-        ]
-        answer: Any = EventsAccepted(events=rows) if batch else rows[0]
-        return web.json_response(answer, status=202, dumps=jsonbody.encode)
+        return _answer(published, batch, None)
+
+    async def _prepare(
+        self, ref: TopicRef, tx_id: str, events: list[Event], batch: bool
+    ) -> web.Response:
+        assert self.publisher is not None
+        transactions = self.api.transactions
+        if transactions is None:
+            raise BackendUnavailable("transactions are not served by this API")
+        topic = await self.api.config.get_topic(ref)
+
+        async def store(items: list[PutItem]) -> list[PutResult]:
+            return await transactions.prepare_items(topic, tx_id, items, field="events")
+
+        try:
+            published = await self.publisher.publish(ref, events, store=store)
+        except TransactionClosed as e:
+            return closed_response(e)
+        return _answer(published, batch, tx_id)
 
     async def show(self, request: web.Request) -> web.Response:
         await self.api.auth.tenant_or_admin(request, request.match_info["tenant"])
@@ -404,7 +487,20 @@ class EventRoutes:
         if self._store is None:
             raise BackendUnavailable("events are not served by this API (no subscription store)")
         record = await self._store.event(ref, event_id)
-        return web.json_response(await event_view(self.api.jobs, topic, record))
+        tx = self.api.transactions
+        prepared = tx.job_status if tx is not None else None
+        return web.json_response(await event_view(self.api.jobs, topic, record, prepared))
+
+
+def _answer(published: list[Published], batch: bool, tx_id: str | None) -> web.Response:
+    rows = [
+        EventAccepted(event_id=p.event_id, deliveries=p.deliveries, duplicates=p.duplicates)
+        for p in published
+    ]
+    answer: Any = EventsAccepted(events=rows) if batch else rows[0]
+    if tx_id is not None:
+        answer["transaction_id"] = tx_id
+    return web.json_response(answer, status=202, dumps=jsonbody.encode)
 
 
 def add_routes(

@@ -14,6 +14,7 @@ from emq.core.schema.subscriptions import (
     SubscriptionIn,
     SubscriptionPatch,
 )
+from emq.core.schema.transactions import EnqueueQuery
 from emq.core.subscriptions import EVENT_ID_PATTERN, SUBSCRIPTION_ID_PATTERN
 
 _BODY_ERRORS = (400, 408, 422, 503)
@@ -75,12 +76,14 @@ def routes(route: Any) -> tuple[Any, ...]:
             "post",
             events.PATH,
             "Publish one event or a batch: one delivery job per enabled subscription whose "
-            "patterns match its type, all stored together (202; 0 deliveries when none matches)",
+            "patterns match its type, all stored together (202; 0 deliveries when none matches); "
+            "with transaction_id, prepared in that open transaction and delivered only once it "
+            "commits (404 if unknown, 409 with its final state if decided)",
             "tenant",
             (202, "accepted", events.EventsAnswer),
-            (*_BODY_ERRORS, 413, 429),
+            (*_BODY_ERRORS, 404, 409, 413, 429),
             {"oneOf": [EventIn, EventBatchIn]},
-            ns,
+            EnqueueQuery,
         ),
         route(
             "get",

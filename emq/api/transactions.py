@@ -20,8 +20,10 @@ job will be delivered.
 
 Prepared jobs count against the topic's ``max_backlog`` when they are prepared (what waits in
 the queues plus every prepared job of the topic), so that a commit, which cannot be refused,
-never lands a topic far above it. :meth:`Transactions.prepare` takes jobs already validated, so
-other producers of jobs (events) can prepare theirs too.
+never lands a topic far above it. :meth:`Transactions.prepare` takes jobs already validated and
+:meth:`Transactions.prepare_items` placed queue entries, so other producers of jobs prepare
+theirs too: ``POST T/events?transaction_id={id}`` prepares an event's deliveries
+(:mod:`emq.api.events`).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from emq.api.checkback import CheckBackAsker, TransactionRunner
 from emq.api.enqueue import Accepted, BacklogGuard, parse_body
 from emq.core import schema
 from emq.core.errors import BackendUnavailable, InvalidInput, NotFound, PayloadTooLarge
+from emq.core.interfaces import PutItem, PutResult
 from emq.core.model import Job, Topic, TopicRef
 from emq.core.outbound import push_url
 from emq.core.schema.transactions import EnqueueQuery, TransactionIn, TransactionsQuery
@@ -191,14 +194,31 @@ class Transactions:
 
     async def prepare(self, topic: Topic, tx_id: str, jobs: Sequence[Job]) -> Accepted:
         """Store validated ``jobs`` in open transaction ``tx_id`` of ``topic``, all or none."""
-        if len(jobs) > self.limits.max_jobs:
+        if len(jobs) > self.limits.max_jobs:  # before placing them
             limit = self.limits.max_jobs
             raise PayloadTooLarge("jobs", f"more than {limit} jobs in one transaction")
+        results = await self.prepare_items(topic, tx_id, self.api.enqueuer.place(topic, jobs))
+        return Accepted([r.job_id for r in results], 0)
+
+    async def prepare_items(
+        self, topic: Topic, tx_id: str, items: Sequence[PutItem], *, field: str = "jobs"
+    ) -> list[PutResult]:
+        """Store placed queue entries (jobs', events' deliveries) in open transaction ``tx_id``
+        of ``topic``, all or none; their results (never duplicates: an idempotency key is
+        checked when the transaction is released, where a taken one drops its job). With no
+        items the transaction must still be open (:class:`TransactionClosed` otherwise)."""
+        if len(items) > self.limits.max_jobs:
+            limit = self.limits.max_jobs
+            raise PayloadTooLarge(field, f"more than {limit} jobs in one transaction")
+        if not items:
+            tx = await self.store.get(topic.ref, tx_id)
+            if tx.state is not TxState.OPEN:
+                raise TransactionClosed(f"transaction {tx_id} is {tx.state.value}", tx)
+            return []
         prepared = await self.store.prepared_jobs(topic.ref)
-        await self.guard.check(topic, len(jobs) + prepared)
-        items = self.api.enqueuer.place(topic, jobs)
+        await self.guard.check(topic, len(items) + prepared)
         await self.store.prepare(topic.ref, tx_id, items, self.limits)
-        return Accepted([i.job_id for i in items], 0)
+        return [PutResult(i.job_id) for i in items]
 
     async def decide(self, ref: TopicRef, tx_id: str, state: TxState) -> Transaction:
         """The producer's commit or rollback: :class:`TransactionClosed` if it was decided the

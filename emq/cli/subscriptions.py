@@ -151,13 +151,15 @@ def cmd_publish(args: argparse.Namespace, settings: Settings) -> int:
             idempotency_key=args.idempotency_key,
             priority=args.priority,
             delay_s=args.delay,
+            transaction_id=args.transaction_id,
         ),
     )
     if args.json:
         print_json(body)
     else:
         dup = f" ({body['duplicates']} already stored)" if body["duplicates"] else ""
-        print(f"event {body['event_id']} accepted: {body['deliveries']} deliveries{dup}")
+        held = f", prepared in transaction {args.transaction_id}" if args.transaction_id else ""
+        print(f"event {body['event_id']} accepted: {body['deliveries']} deliveries{dup}{held}")
     return 0
 
 
@@ -274,6 +276,11 @@ def add_commands(sub: Subparsers) -> None:
     publish.add_argument("--idempotency-key", help="a repeat is answered, not stored again")
     publish.add_argument("--priority", choices=["high", "medium", "low"])
     publish.add_argument("--delay", type=float, metavar="S", help="deliver S seconds later")
+    publish.add_argument(
+        "--transaction-id",
+        metavar="ID",
+        help="prepare the deliveries in this open transaction (delivered once it commits)",
+    )
     show = command(
         events,
         "show",

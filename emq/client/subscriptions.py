@@ -99,11 +99,16 @@ class SubscriptionMethods(_Base):
         priority: str | None = None,
         delay_s: float | None = None,
         namespace: str | None = None,
+        transaction_id: str | None = None,
     ) -> dict[str, Any]:
-        """Publish one event: ``{"event_id", "deliveries", "duplicates"}``."""
+        """Publish one event: ``{"event_id", "deliveries", "duplicates"}``; with
+        ``transaction_id``, its deliveries are prepared in that open transaction."""
         event = _event(type_, payload, key=key, idempotency_key=idempotency_key,
                        priority=priority, delay_s=delay_s)  # fmt: skip
-        return (await self.publish_events(tenant, topic, [event], namespace=namespace))[0]
+        answers = await self.publish_events(
+            tenant, topic, [event], namespace=namespace, transaction_id=transaction_id
+        )
+        return answers[0]
 
     async def publish_events(
         self,
@@ -112,15 +117,22 @@ class SubscriptionMethods(_Base):
         events: Sequence[Mapping[str, Any]],
         *,
         namespace: str | None = None,
+        transaction_id: str | None = None,
     ) -> list[dict[str, Any]]:
         """Publish events (dicts as the API takes them), in requests of up to 1000; one answer
-        per event. Requests go one after the other: if one fails, the ones before stay."""
+        per event. Requests go one after the other: if one fails, the ones before stay.
+
+        With ``transaction_id`` the deliveries are prepared in that open transaction (delivered
+        once it commits, discarded if it rolls back; a decided one is a 409) and each request
+        is sent once, as a transaction's jobs are."""
         path = self._topic_path(tenant, topic, "events")
         query = self._topic_query(namespace)
+        if transaction_id is not None:
+            query = {**query, "transaction_id": transaction_id}
         out: list[dict[str, Any]] = []
         for start in range(0, len(events), MAX_BATCH_EVENTS):
             body = {"events": [dict(e) for e in events[start : start + MAX_BATCH_EVENTS]]}
-            retry = all(e.get("idempotency_key") for e in body["events"])
+            retry = transaction_id is None and all(e.get("idempotency_key") for e in body["events"])
             send = lambda body=body: self._object("POST", path, body=body, query=query)  # noqa: E731
             answer = await (Backoff(self.retry_for_s).run(send) if retry else send())
             out += answer["events"]

@@ -4,14 +4,16 @@
 
     async with client.transaction("acme", "orders", check_url="https://shop.example/tx") as tx:
         await tx.send({"url": "https://hooks.example/paid", "body": "..."})
+        await tx.publish("order.paid", {"order": 7})  # each subscription's delivery, prepared
         ...  # the database commit goes here: an exception before the end rolls back
     # leaving the block without an exception committed the jobs
 
-``send`` prepares jobs (stored by EMQ, not delivered); the end of the block commits, or rolls
-back if the block raised. Commit and rollback are idempotent and retried like an enqueue
-(:class:`~emq.client.backoff.Backoff`); ``send`` is sent once (sending it again could prepare
-its jobs twice). A producer that dies inside the block leaves the transaction open: at its
-timeout EMQ asks ``check_url`` for the decision (see the docs, "Transactions").
+``send`` prepares jobs and ``publish`` events' deliveries (stored by EMQ, not delivered); the
+end of the block commits, or rolls back if the block raised. Commit and rollback are idempotent
+and retried like an enqueue (:class:`~emq.client.backoff.Backoff`); ``send`` and ``publish``
+are sent once (sending again could prepare the jobs twice). A producer that dies inside the
+block leaves the transaction open: at its timeout EMQ asks ``check_url`` for the decision (see
+the docs, "Transactions").
 """
 
 from __future__ import annotations
@@ -73,6 +75,21 @@ class Transaction:
             answer = await self.client._object("POST", path, body=batch, query=query)
             ids += answer["ids"]
         return ids
+
+    async def publish(self, type_: str, payload: Any = None, **options: Any) -> dict[str, Any]:
+        """Publish one event into the transaction (``key``, ``idempotency_key``, ``priority``,
+        ``delay_s`` as :meth:`Client.publish_event`): its deliveries are prepared, delivered
+        once it commits. ``{"event_id", "deliveries", "duplicates"}``."""
+        return await self.client.publish_event(
+            self.tenant, self.topic, type_, payload, namespace=self.namespace,
+            transaction_id=self.id, **options,
+        )  # fmt: skip
+
+    async def publish_events(self, events: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
+        """Publish events (dicts as the API takes them) into the transaction; one answer each."""
+        return await self.client.publish_events(
+            self.tenant, self.topic, events, namespace=self.namespace, transaction_id=self.id
+        )
 
     async def show(self) -> dict[str, Any]:
         """The transaction: state, jobs, its decision (and where it came from), its log."""

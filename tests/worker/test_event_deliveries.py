@@ -2,11 +2,13 @@
 ``emq worker --standalone`` process, and real receivers, one per subscription, that verify
 each delivery's Standard Webhooks signature with the standardwebhooks library and their own
 subscription's secret (a delivery they cannot verify is answered 401, so it would retry and
-never count)."""
+never count); and events published into a transaction, delivered only once it commits."""
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import ipaddress
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,7 +18,7 @@ from aiohttp.test_utils import TestClient, TestServer
 from standardwebhooks import Webhook, WebhookVerificationError
 
 from emq.api import ApiSettings, make_app
-from emq.compose import open_jobs, open_subscriptions
+from emq.compose import open_jobs, open_subscriptions, open_transactions
 from emq.core.settings import Settings
 from tests.worker.conftest import SECRET, Stack
 
@@ -127,3 +129,55 @@ async def test_each_subscription_gets_its_events_signed_with_its_own_secret(
 
     states = await asyncio.wait_for(delivered(), 15)
     assert set(states) == {subs["inv"]["id"], subs["all"]["id"]}
+
+
+@pytest.fixture
+async def tx_api(stack: Stack, settings: Settings) -> AsyncIterator[TestClient]:
+    settings = dataclasses.replace(
+        settings, push_allow_cidrs=(ipaddress.ip_network("127.0.0.0/8"),)
+    )
+    jobs, subs, txs = open_jobs(settings), open_subscriptions(settings), open_transactions(settings)
+    app = make_app(settings, ApiSettings(), stack.config, stack.queues, jobs=jobs,
+                   subscription_store=subs, transaction_store=txs)  # fmt: skip
+    client = TestClient(TestServer(app))
+    await client.start_server()
+    yield client
+    await client.close()
+    for closing in (txs, subs, jobs):
+        await closing.aclose()
+
+
+async def test_events_in_a_transaction_are_delivered_signed_only_after_the_commit(
+    stack: Stack, tx_api: TestClient, receivers: Receivers, worker_process: Any
+) -> None:
+    await stack.topic("ev", 100)
+    body = {"url": f"{receivers.base}/inv", "event_types": ["invoice.*"]}
+    r = await tx_api.post(TOPIC + "/subscriptions", headers=ADMIN, json=body)
+    receivers.secrets["inv"] = (await r.json())["secret"]
+    opening = {"check_url": "http://127.0.0.1:9/never", "timeout_s": 600}
+    r = await tx_api.post(TOPIC + "/transactions", headers=ADMIN, json=opening)
+    tx_id = (await r.json())["transaction_id"]
+    r = await tx_api.post(TOPIC + "/events", params={"transaction_id": tx_id}, headers=ADMIN,
+                          json={"type": "invoice.paid", "payload": {"n": 1}})  # fmt: skip
+    assert r.status == 202, await r.text()
+    event_id = (await r.json())["event_id"]
+    worker = worker_process()
+
+    async def status() -> str:
+        r = await tx_api.get(f"{TOPIC}/events/{event_id}", headers=ADMIN)
+        (delivery,) = (await r.json())["deliveries"]
+        return str(delivery["state"])
+
+    await asyncio.sleep(1.0)  # a running worker: nothing of an open transaction reaches it
+    assert receivers.verified == {} and await status() == "prepared"
+    r = await tx_api.post(f"{TOPIC}/transactions/{tx_id}/commit", headers=ADMIN)
+    assert r.status == 200
+
+    async def delivered() -> None:
+        while await status() != "delivered":
+            await asyncio.sleep(0.05)
+
+    await asyncio.wait_for(delivered(), 10)
+    assert receivers.refused == 0, worker.log()
+    ((headers, payload),) = receivers.verified["inv"]  # verified with the subscription's secret
+    assert headers["emq-event-id"] == event_id and payload["data"] == {"n": 1}

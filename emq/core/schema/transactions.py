@@ -33,6 +33,14 @@ class TransactionsQuery(NamespaceQuery):
 
 
 class EnqueueQuery(NamespaceQuery):
-    """``POST .../jobs?transaction_id=...``: the jobs are prepared in that transaction."""
+    """``POST .../jobs?transaction_id=...`` (and ``.../events?transaction_id=...``): the jobs
+    (the events' deliveries) are prepared in that transaction."""
 
-    transaction_id: Annotated[str, Field(pattern=TRANSACTION_ID_PATTERN)]
+    transaction_id: Annotated[
+        str,
+        Field(
+            pattern=TRANSACTION_ID_PATTERN,
+            description="an open transaction of the topic: prepared in it (stored, delivered "
+            "only once it commits, discarded if it rolls back)",
+        ),
+    ]
