@@ -14,7 +14,7 @@ from emq.core.schema.subscriptions import (
     SubscriptionIn,
     SubscriptionPatch,
 )
-from emq.core.schema.transactions import EnqueueQuery
+from emq.core.schema.transactions import EnqueueQueryDoc
 from emq.core.subscriptions import EVENT_ID_PATTERN, SUBSCRIPTION_ID_PATTERN
 
 _BODY_ERRORS = (400, 408, 422, 503)
@@ -83,7 +83,7 @@ def routes(route: Any) -> tuple[Any, ...]:
             (202, "accepted", events.EventsAnswer),
             (*_BODY_ERRORS, 404, 409, 413, 429),
             {"oneOf": [EventIn, EventBatchIn]},
-            EnqueueQuery,
+            EnqueueQueryDoc,
         ),
         route(
             "get",

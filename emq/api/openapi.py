@@ -185,9 +185,9 @@ ROUTES = (
         "Enqueue one job or a batch; 202 = durably stored",
         "tenant",
         (202, "accepted", answers.Accepted),
-        (*_BODY_ERRORS, 413, 429),
+        (*_BODY_ERRORS, 404, 409, 413, 429),
         {"oneOf": [schema.JobIn, schema.JobBatchIn]},
-        schema.NamespaceQuery,
+        schema_tx.EnqueueQueryDoc,
     ),
     Route(
         "get",

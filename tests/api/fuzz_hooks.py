@@ -7,8 +7,9 @@ schemathesis re-reads whether a mended body is valid). The server refuses each b
 
 * a retry policy's ``max_delay_s`` must not be below its ``base_delay_s`` (swapped);
 * header names are case-insensitive: ``X-A`` and ``x-a`` may not both be given (one dropped);
-* a job's URL must be one the worker can send (``emq.core.outbound.push_url``: IDNA, port);
-  an http(s) URL that is not is replaced by one that is;
+* a job's URL and callback URLs (a topic's too) must be ones the worker can send
+  (``emq.core.outbound.push_url``: IDNA, port); an http(s) URL that is not is replaced by one
+  that is;
 * a transaction's ``check_url`` must be sendable, and not a private address (nothing is
   allowed in the fuzzed API's EMQ_PUSH_ALLOW_CIDRS): replaced by one that is;
 * a paced replay (``.../dlq/replays``) takes ids or a time window, not both (the window
@@ -16,11 +17,17 @@ schemathesis re-reads whether a mended body is valid). The server refuses each b
   topic has one: group 0);
 * a schedule's cron expression and time zone must be ones cronsim and zoneinfo know (replaced
   by ``*/5 * * * *`` and ``UTC``), its ``end_at`` not before its ``start_at`` (swapped), and
-  its job template is mended as a job is.
+  its job template is mended as a job is;
+* a job search's or a redelivery's window must lie within what is retained
+  (``emq.core.attempts.check_window``): a ``since`` older than a minute ago is moved to a
+  minute ago (and an ``until`` before it dropped); a search names a key or an idempotency
+  key, not both (the idempotency key dropped), and a cursor is one a search answered (a
+  generated one dropped).
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 import schemathesis
@@ -59,12 +66,13 @@ def _mend_job(job: object) -> None:
             if name.lower() in seen:
                 del headers[name]
             seen.add(name.lower())
-    url = job.get("url")
-    if isinstance(url, str) and url[:4].lower() == "http" and len(url) <= 2048:
-        try:
-            push_url(url)
-        except InvalidInput:
-            job["url"] = _SENDABLE
+    for field in ("url", "callback_url", "failure_callback_url"):
+        url = job.get(field)
+        if isinstance(url, str) and url[:4].lower() == "http" and len(url) <= 2048:
+            try:
+                push_url(url)
+            except InvalidInput:
+                job[field] = _SENDABLE
 
 
 def _mend_replay(body: dict[str, Any]) -> None:
@@ -105,8 +113,41 @@ def _mend_schedule(body: dict[str, Any]) -> None:
     _mend_job(body.get("job"))
 
 
+def _mend_window(window: object) -> None:
+    """A search's or a redelivery's fields (a query's are strings) as the server takes them."""
+    if not isinstance(window, dict):
+        return
+    if "key" in window and "idempotency_key" in window:
+        del window["idempotency_key"]
+    window.pop("cursor", None)
+    recent = time.time() - 60
+    since, until = _seconds(window.get("since")), _seconds(window.get("until"))
+    if since is not None and 0 <= since < recent:
+        since = recent
+        window["since"] = str(int(recent)) if isinstance(window["since"], str) else recent
+    if since is not None and until is not None and until < since:
+        del window["until"]
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, str) and _float(value):
+        return float(value)
+    return float(value) if _number(value) else None  # type: ignore[arg-type]
+
+
+def _float(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 @schemathesis.hook
 def before_call(ctx: Any, case: Any, kwargs: dict[str, Any]) -> None:
+    if case.operation.path.endswith(("/jobs", "/redeliveries")):
+        _mend_window(case.query)
+        _mend_window(case.body)
     body = case.body
     if not isinstance(body, dict):
         return

@@ -44,3 +44,18 @@ class EnqueueQuery(NamespaceQuery):
             "only once it commits, discarded if it rolls back)",
         ),
     ]
+
+
+class EnqueueQueryDoc(NamespaceQuery):
+    """How ``POST .../jobs`` and ``POST .../events`` are documented: ``transaction_id`` is
+    optional there (without it the jobs are enqueued at once); :class:`EnqueueQuery` is what
+    those routes validate when it is given."""
+
+    transaction_id: Annotated[
+        str | None,
+        Field(
+            pattern=TRANSACTION_ID_PATTERN,
+            description="an open transaction of the topic: prepared in it (stored, delivered "
+            "only once it commits, discarded if it rolls back); without it, enqueued at once",
+        ),
+    ] = None
