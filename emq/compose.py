@@ -185,6 +185,7 @@ def open_jobs(settings: Settings) -> JobStore:
         _own_redis(settings),
         keys,
         ttl_s=settings.job_record_ttl_s,
+        attempt_budget_bytes=settings.attempt_log_max_bytes,
         owns_client=True,
     )
 

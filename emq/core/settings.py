@@ -184,6 +184,9 @@ class Settings:
     signal_routes: bool = True
     # How long a job's outcome (delivered, retry, dead) stays readable by its id (0: not kept).
     job_record_ttl_s: int = setting(600, at_least(0))
+    # The attempt log's byte budget per namespace (docs/concepts/attempts.md): beyond it the
+    # oldest records go first, whatever their age.
+    attempt_log_max_bytes: int = setting(256 * 1024 * 1024, at_least(1024 * 1024))
 
     def __post_init__(self) -> None:
         validate(self)
