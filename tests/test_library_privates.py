@@ -125,12 +125,39 @@ def class_privates(cls: type) -> frozenset[str]:
         if not is_library(base.__module__):
             continue
         names |= {n for n in vars(base) if is_private(n)}
-        try:
-            source = textwrap.dedent(inspect.getsource(base))
-        except (OSError, TypeError):  # compiled: its attributes are all in vars() above
-            continue
-        names |= _privates_of_tree(ast.parse(source))
+        tree = _class_tree(base)
+        if tree is None:
+            try:
+                tree = ast.parse(textwrap.dedent(inspect.getsource(base)))
+            except (OSError, TypeError):  # compiled: its attributes are all in vars() above
+                continue
+        names |= _privates_of_tree(tree)
     return frozenset(names)
+
+
+@cache
+def _module_tree(path: str) -> ast.Module | None:
+    try:
+        return ast.parse(Path(path).read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError):
+        return None
+
+
+def _class_tree(cls: type) -> ast.ClassDef | None:
+    """``cls``'s definition in its module's tree, the module parsed once for all its classes
+    (``inspect.getsource`` parses the whole module again for each class it is asked for)."""
+    try:
+        path = inspect.getsourcefile(cls)
+    except TypeError:
+        return None
+    node: ast.AST | None = _module_tree(path) if path else None
+    for part in cls.__qualname__.split("."):
+        if node is None or part == "<locals>":
+            return None
+        node = next(
+            (n for n in ast.walk(node) if isinstance(n, ast.ClassDef) and n.name == part), None
+        )
+    return node if isinstance(node, ast.ClassDef) else None
 
 
 # ------------------------------------------------------------------ our code
