@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from emq.cli.common import command, group, print_json, run, table, tenant_and_topic, when
-from emq.cli.replays import _epoch
+from emq.cli.replays import _epoch, progress_line
 from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -88,12 +88,7 @@ def cmd_set_record(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _line(r: dict[str, Any]) -> str:
-    done = r["replayed"] + r["skipped"]
-    share = 100.0 * done / r["total"] if r["total"] else 100.0
-    return (
-        f"redelivery {r['id']}: {r['state']}, {r['replayed']} of {r['total']} sent again "
-        f"({share:.0f}%), {r['skipped']} skipped, {r['remaining']} remaining, {r['rate']:g}/s"
-    )
+    return progress_line(r, "redelivery", "sent again")
 
 
 def cmd_redeliver(args: argparse.Namespace, settings: Settings) -> int:

@@ -68,13 +68,15 @@ def cmd_replay_start(args: argparse.Namespace, settings: Settings) -> int:
     return 0
 
 
-def _line(r: dict[str, Any]) -> str:
+def progress_line(r: dict[str, Any], what: str = "replay", done_as: str = "replayed") -> str:
+    """One paced replay's progress (a redelivery's too: ``emq.cli.attempts``)."""
     done = r["replayed"] + r["skipped"]
     share = 100.0 * done / r["total"] if r["total"] else 100.0
     return (
-        f"replay {r['id']}: {r['state']}, {r['replayed']} of {r['total']} replayed "
+        f"{what} {r['id']}: {r['state']}, {r['replayed']} of {r['total']} {done_as} "
         f"({share:.0f}%), {r['skipped']} skipped, {r['remaining']} remaining, {r['rate']:g}/s"
     )
+
 
 
 def cmd_replays(args: argparse.Namespace, settings: Settings) -> int:
@@ -83,7 +85,7 @@ def cmd_replays(args: argparse.Namespace, settings: Settings) -> int:
         print_json(body)
         return 0
     if args.id:
-        print(_line(body))
+        print(progress_line(body))
         return 0
     rows = [
         (r["id"], r["state"], r["mode"], f"{r['rate']:g}", r["total"], r["replayed"],
@@ -100,7 +102,7 @@ def cmd_cancel(args: argparse.Namespace, settings: Settings) -> int:
     if args.json:
         print_json(body)
     else:
-        print(_line(body))
+        print(progress_line(body))
     return 0
 
 
