@@ -72,10 +72,12 @@ def _dispatch(duration_s: float, rows: int) -> dict[str, Any]:
     return dispatch.run("all", duration_s=duration_s)
 
 
-def _fleet(duration_s: float, rows: int) -> dict[str, Any]:
+def _fleet(
+    duration_s: float, rows: int, groups: int = FLEET_GROUPS, workers: int = FLEET_WORKERS
+) -> dict[str, Any]:
     from allocator.simulate import simulate
 
-    return simulate(FLEET_GROUPS, FLEET_WORKERS) | {"bench": "fleet", "machine": describe()}
+    return simulate(groups, workers) | {"bench": "fleet", "machine": describe()}
 
 
 def _plan(duration_s: float, rows: int) -> dict[str, Any]:

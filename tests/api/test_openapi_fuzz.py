@@ -40,7 +40,7 @@ from tests.api.conftest import ADMIN
 ROOT = Path(__file__).resolve().parents[2]
 # Examples per operation and phase: bounded so the run takes well under a minute here;
 # ``FUZZ_EXAMPLES=1000`` for the long run (README, "The API contract").
-MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "15"))
+MAX_EXAMPLES = int(os.environ.get("FUZZ_EXAMPLES", "10"))
 SEED = 13
 TENANT_ROUTES = {
     "GET /v1/tenants/{tenant}/topics",

@@ -24,7 +24,7 @@ import emq
 from emq.stack import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
-DEMO_S = 15
+DEMO_S = 6
 
 
 def run(argv: list[str], cwd: Path, env: dict[str, str], timeout: float) -> str:
