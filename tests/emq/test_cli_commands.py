@@ -199,6 +199,39 @@ async def test_dlq_retention_commands(emq_api: EmqApi) -> None:
     assert nothing.code != 0 and "give --max-entries and/or --max-age-s" in nothing.err
 
 
+async def test_transaction_default_commands(emq_api: EmqApi) -> None:
+    token = (await emq_api.admin("tenant", "create", "acme"))["token"]
+    plain, topic = await asyncio.gather(
+        emq_api.admin("topic", "create", "acme", "orders", "--qps", "10"),
+        emq_api.admin(
+            "topic", "create", "acme", "refunds", "--qps", "10", "--transaction-default", "commit"
+        ),
+    )
+    assert (plain["transaction_default"], topic["transaction_default"]) == ("rollback", "commit")
+    changed, shown = await asyncio.gather(
+        emq_api.admin("topic", "set-transaction-default", "acme", "orders", "commit"),
+        emq_api.run("topic", "show", "acme", "refunds", EMQ_TOKEN=token),
+    )
+    assert changed["transaction_default"] == "commit"
+    assert "transaction_default   commit" in shown.out, shown
+    set_default = ("topic", "set-transaction-default", "acme")
+    bad = await asyncio.gather(
+        emq_api.run(*set_default, "orders", "maybe"),
+        emq_api.run("topic", "create", "acme", "x", "--qps", "1", "--transaction-default", "no"),
+        emq_api.run(*set_default, "orders", "rollback", EMQ_TOKEN=token),
+        emq_api.run(*set_default, "nope", "rollback", EMQ_ADMIN_TOKEN=ADMIN_TOKEN),
+    )
+    assert "invalid choice: 'maybe'" in _one_line_error(bad[0], code=2)
+    assert "invalid choice: 'no'" in _one_line_error(bad[1], code=2)
+    assert _one_line_error(bad[2]).startswith("emq: error: unauthorized: ")
+    assert _one_line_error(bad[3]).startswith("emq: error: not_found: ")
+    listed, after = await asyncio.gather(
+        emq_api.admin("topic", "list", "acme"), emq_api.admin("topic", "show", "acme", "orders")
+    )
+    assert sorted(t["topic"] for t in listed["topics"]) == ["orders", "refunds"]
+    assert after["transaction_default"] == "commit"  # as set, not as the rejected ones said
+
+
 async def test_tenant_commands_with_the_tenant_token(emq_api: EmqApi, settings: Settings) -> None:
     token = await _tenant(emq_api)
     as_acme = {"EMQ_TOKEN": token}
