@@ -47,7 +47,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 LABELS = ["namespace", "tenant", "topic"]
-CHECK_RESULTS = ("commit", "rollback", "unknown", "http_error", "invalid", "unreachable")
 
 
 def _labels(ref: TopicRef) -> tuple[str, str, str]:
