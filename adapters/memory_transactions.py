@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 
 from emq.core.errors import BackendUnavailable, NotFound, PayloadTooLarge
@@ -149,6 +150,11 @@ class MemoryTransactionStore(TransactionStore):
     async def prepared_jobs(self, topic: TopicRef) -> int:
         self._open()
         return sum(len(v) for (t, _), v in self._items.items() if t == topic)
+
+    async def counts(self, topics: Sequence[TopicRef]) -> list[tuple[int, int]]:
+        self._open()
+        opened = Counter(t for (t, _), tx in self._txs.items() if tx.state is TxState.OPEN)
+        return [(opened[t], await self.prepared_jobs(t)) for t in topics]
 
     async def find_job(self, topic: TopicRef, job_id: str) -> str | None:
         self._open()

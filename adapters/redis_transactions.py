@@ -560,6 +560,14 @@ class RedisTransactionStore(OwnedClient, TransactionStore):
         (n,) = await self._run([("GET", self._t(topic, "prepared"))], "prepared jobs")
         return max(0, int(n or 0))
 
+    async def counts(self, topics: Sequence[TopicRef]) -> list[tuple[int, int]]:
+        commands: list[Command] = []
+        for topic in topics:
+            commands += [("ZCARD", self._t(topic, "open")), ("GET", self._t(topic, "prepared"))]
+        replies = await self._run(commands, "transaction counts")
+        pairs = zip(replies[::2], replies[1::2], strict=True)
+        return [(int(n), max(0, int(jobs or 0))) for n, jobs in pairs]
+
     async def find_job(self, topic: TopicRef, job_id: str) -> str | None:
         stamp = job_id[:STAMP]
         (found,) = await self._run([("HGET", self._t(topic, "jobidx"), stamp)], "find job")

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install what EMQ needs from the OS packages when it is missing: redis-server (with redis-cli),
-# ZooKeeper, a Java runtime for it, Python's venv module, and chromium (the console's browser
-# tests drive it headless). Does nothing when all are present.
+# ZooKeeper, a Java runtime for it, Python's venv module, chromium (the console's browser
+# tests drive it headless) and PostgreSQL's server (the transactions' database test starts a
+# throwaway one: tests/postgres.py). Does nothing when all are present.
 # Debian/Ubuntu only; anywhere else it names what to install and fails.
 set -euo pipefail
 
@@ -12,6 +13,7 @@ command -v redis-cli >/dev/null 2>&1 || need+=(redis-tools)
 command -v java >/dev/null 2>&1 || need+=(default-jre-headless)
 python3 -c 'import ensurepip, venv' >/dev/null 2>&1 || need+=(python3-venv)
 command -v chromium >/dev/null 2>&1 || need+=(chromium)
+compgen -G '/usr/lib/postgresql/*/bin/initdb' >/dev/null || need+=(postgresql)
 
 if [ ${#need[@]} -eq 0 ]; then
   exit 0

@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 
 from emq.core.settings import Settings
 from emq.stack import Service, free_port
+from tests.postgres import PostgresServer
 
 # Hypothesis's per-example deadline (200 ms) measures the machine, not the code: on a shared
 # 2-core machine running the suite in parallel an example of a pure function can take longer.
@@ -76,6 +77,38 @@ def zk_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Service]:
     SESSION_SERVERS.append(service)
     yield service
     service.stop()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """Debian's PostgreSQL, a cluster of the session's own (tests/postgres.py)."""
+    error: Exception | None = None
+    for _ in range(START_ATTEMPTS):  # each on a fresh free port, as _start
+        server = PostgresServer(free_port())
+        try:
+            server.start()
+            break
+        except Exception as e:
+            error = e
+            with contextlib.suppress(Exception):
+                server.stop()
+    else:
+        pytest.fail(f"could not start postgresql for the tests: {error}", pytrace=False)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer, test_id: str) -> Iterator[str]:
+    """A database of this test's own on the session's PostgreSQL, dropped after."""
+    import psycopg  # (only the tests that use PostgreSQL pay for the import)
+
+    name = test_id.replace("-", "_")
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f"CREATE DATABASE {name}")
+    yield postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
+    with psycopg.connect(postgres_server.url, autocommit=True) as admin:
+        admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
 
 
 @pytest.fixture

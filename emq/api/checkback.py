@@ -84,7 +84,11 @@ class CheckBackAsker:
         self,
         allow: Sequence[ipaddress.IPv4Network | ipaddress.IPv6Network],
         timeout_s: float,
+        on_result: Callable[[TopicRef, str], None] | None = None,
     ) -> None:
+        # on_result(topic, result) after each ask: commit, rollback, unknown, http_error,
+        # invalid or unreachable (emq.api.transaction_metrics counts them)
+        self._on_result = on_result
         self._policy = AddressPolicy(allow)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session: aiohttp.ClientSession | None = None
@@ -99,6 +103,13 @@ class CheckBackAsker:
         return self._session
 
     async def ask(self, tx: Transaction, topic: Topic) -> tuple[str | None, str]:
+        result, decision, heard = await self._ask(tx, topic)
+        if self._on_result is not None:
+            self._on_result(tx.topic, result)
+        return decision, heard
+
+    async def _ask(self, tx: Transaction, topic: Topic) -> tuple[str, str | None, str]:
+        """(what came back, the decision or None, what was heard)."""
         body = json.dumps(
             {
                 "type": "transaction.check",
@@ -121,18 +132,19 @@ class CheckBackAsker:
                 raw = await response.content.read(MAX_ANSWER_BYTES)
                 status = response.status
         except (aiohttp.ClientError, OSError, TimeoutError, EmqError) as e:
-            return None, f"check_url unreachable: {type(e).__name__}: {e}"[:300]
+            return "unreachable", None, f"check_url unreachable: {type(e).__name__}: {e}"[:300]
         if not 200 <= status < 300:
-            return None, f"check_url answered HTTP {status}"
+            return "http_error", None, f"check_url answered HTTP {status}"
         try:
             decision = json.loads(raw).get("decision")
         except (ValueError, AttributeError):
-            return None, "check_url answered something that is not a JSON object"
+            return "invalid", None, "check_url answered something that is not a JSON object"
         if decision in ("commit", "rollback"):
-            return str(decision), f"check_url answered {decision}"
+            return str(decision), str(decision), f"check_url answered {decision}"
         if decision == "unknown":
-            return None, "check_url answered unknown"
-        return None, f"check_url answered an unknown decision: {str(decision)[:40]!r}"
+            return "unknown", None, "check_url answered unknown"
+        said = f"check_url answered an unknown decision: {str(decision)[:40]!r}"
+        return "invalid", None, said
 
     async def aclose(self) -> None:
         if self._session is not None:
@@ -151,7 +163,9 @@ class TransactionRunner:
         *,
         interval_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        on_decided: Callable[[TopicRef, TxState, Source], None] | None = None,
     ) -> None:
+        self._on_decided = on_decided  # after each decision this runner stored
         self._clock = clock
         self._store = store
         self._config = config
@@ -232,6 +246,8 @@ class TransactionRunner:
         self, ref: TopicRef, tx_id: str, state: TxState, source: Source, detail: str
     ) -> None:
         tx, changed = await self._store.decide(ref, tx_id, state, source, detail)
+        if changed and self._on_decided is not None:
+            self._on_decided(ref, tx.state, source)
         if changed:
             log.info("transaction %s of %s: %s by %s (%s)", tx_id, ref, tx.state.value,
                      source.value, detail)  # fmt: skip

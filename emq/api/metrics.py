@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -67,6 +67,8 @@ class ApiMetrics:
         )
 
         self.topics: TopicGauges | None = None
+        # Other collectors read at scrape time (their own throttle): each refreshed first.
+        self.refreshers: list[Callable[[], Awaitable[None]]] = []
         # (route, method, status) -> its request counter and latency histogram
         self._series: dict[tuple[str, str, int], tuple[Counter, Histogram]] = {}
         self._enqueued: dict[TopicRef, Counter] = {}  # a topic's series of emq_jobs_enqueued
@@ -108,6 +110,8 @@ class ApiMetrics:
     async def handle(self, request: web.Request) -> web.Response:
         if self.topics is not None:
             await self.topics.refresh()
+        for refresh in self.refreshers:
+            await refresh()
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )

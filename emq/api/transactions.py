@@ -41,6 +41,7 @@ from typing_extensions import TypedDict
 from emq.api import checkback, jsonbody
 from emq.api.checkback import CheckBackAsker, TransactionRunner
 from emq.api.enqueue import Accepted, BacklogGuard, parse_body
+from emq.api.transaction_metrics import TransactionMetrics
 from emq.core import schema
 from emq.core.errors import BackendUnavailable, InvalidInput, NotFound, PayloadTooLarge
 from emq.core.interfaces import PutItem, PutResult
@@ -175,6 +176,9 @@ class Transactions:
             timeout_s=s.transaction_check_timeout_s,
         )
         self.guard = BacklogGuard(api.queues, s.backlog_refresh_s)
+        ns = api.settings.namespace
+        self.metrics = TransactionMetrics(api.metrics.registry, store, api.config, ns)
+        api.metrics.refreshers.append(self.metrics.refresh)
 
     @property
     def store(self) -> TransactionStore:
@@ -223,7 +227,9 @@ class Transactions:
     async def decide(self, ref: TopicRef, tx_id: str, state: TxState) -> Transaction:
         """The producer's commit or rollback: :class:`TransactionClosed` if it was decided the
         other way; a commit's jobs are released at once (a runner finishes what is cut short)."""
-        tx, _ = await self.store.decide(ref, tx_id, state, Source.PRODUCER, "")
+        tx, changed = await self.store.decide(ref, tx_id, state, Source.PRODUCER, "")
+        if changed:
+            self.metrics.decided(ref, tx.state, Source.PRODUCER)
         if tx.state is not state:
             source = tx.source.value if tx.source else "?"
             raise TransactionClosed(f"transaction {tx_id} is {tx.state.value} ({source})", tx)
@@ -341,9 +347,12 @@ def runner_context(api: Api, store: TransactionStore) -> Any:
     """The app's ``cleanup_ctx`` that runs this process's runner (:mod:`emq.api.checkback`)."""
     tx = api.transactions
     policy = tx.policy if tx is not None else CheckPolicy()
-    asker = CheckBackAsker(api.settings.push_allow_cidrs, policy.timeout_s)
+    metrics = tx.metrics if tx is not None else None
+    asker = CheckBackAsker(api.settings.push_allow_cidrs, policy.timeout_s,
+                           metrics.checked if metrics else None)  # fmt: skip
     interval = api.api.transaction_runner_interval_s
-    runner = TransactionRunner(store, api.config, policy, asker, interval_s=interval)
+    runner = TransactionRunner(store, api.config, policy, asker, interval_s=interval,
+                               on_decided=metrics.decided if metrics else None)  # fmt: skip
     return checkback.runner_context(runner, asker)
 
 

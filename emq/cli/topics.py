@@ -1,4 +1,5 @@
-"""``emq topic create|list|show|set-quota|set-weight|set-burst|set-dlq|pause|resume``.
+"""``emq topic create|list|show|set-quota|set-weight|set-burst|set-dlq|set-transaction-default|
+pause|resume``.
 
 Each prints a readable table or lines, or the API's JSON with ``--json``.
 """
@@ -25,6 +26,8 @@ from emq.cli.endpoints import endpoint_lines, print_status
 from emq.core.errors import InvalidInput
 from emq.core.model import DLQ_MAX_AGE_S, DLQ_MAX_ENTRIES, Priority, PriorityMode
 
+TRANSACTION_DEFAULTS = ("rollback", "commit")  # a topic's transaction_default (emq.core.model)
+
 if TYPE_CHECKING:
     from emq.cli.common import Subparsers
     from emq.core.settings import Settings
@@ -45,6 +48,7 @@ def _print_topic(body: dict[str, Any]) -> None:
         *endpoint_lines(body),
         ("weight", body.get("weight", "?")),
         ("burst", body.get("burst", "?")),
+        ("transaction_default", body.get("transaction_default", "?")),
     ]
     if "backlog" in body:
         queued = ", ".join(f"{p} {n}" for p, n in body["backlog"].items())
@@ -101,6 +105,7 @@ def cmd_topic_create(args: argparse.Namespace, settings: Settings) -> int:
             dlq_max_age_s=args.dlq_max_age_s,
             weight=args.weight,
             burst=args.burst,
+            transaction_default=args.transaction_default,
         ),
     )
     if not args.json:
@@ -146,6 +151,12 @@ def cmd_topic_set_dlq(args: argparse.Namespace, settings: Settings) -> int:
     if not changes:
         raise CommandFailed(InvalidInput(None, "give --max-entries and/or --max-age-s"))
     body = run(args, settings, lambda c: c.update_topic(args.tenant, args.topic, **changes))
+    return _show(args, body)
+
+
+def cmd_topic_set_transaction_default(args: argparse.Namespace, settings: Settings) -> int:
+    change = {"transaction_default": args.decision}
+    body = run(args, settings, lambda c: c.update_topic(args.tenant, args.topic, **change))
     return _show(args, body)
 
 
@@ -205,6 +216,11 @@ def add_commands(sub: Subparsers) -> None:
     create.add_argument(
         "--burst", type=int, metavar="N", help="jobs above the pace after idle (default 0)"
     )
+    create.add_argument(
+        "--transaction-default",
+        choices=TRANSACTION_DEFAULTS,
+        help="what decides a transaction its check-back could not (default rollback)",
+    )
     listing = command(
         topic,
         "list",
@@ -260,6 +276,18 @@ def add_commands(sub: Subparsers) -> None:
     )
     tenant_and_topic(dlq)
     _dlq_flags(dlq, "--")
+    decision = command(
+        topic,
+        "set-transaction-default",
+        cmd_topic_set_transaction_default,
+        role="admin",
+        help="change what decides a transaction its check-back could not (admin)",
+        description="Change a topic's transaction_default: the decision of a transaction still "
+        "open after its last check-back decided nothing (docs/concepts/transactions.md); it "
+        "applies to every such transaction from then on.",
+    )
+    tenant_and_topic(decision)
+    decision.add_argument("decision", choices=TRANSACTION_DEFAULTS, help="rollback or commit")
     for name, func, verb in (
         ("pause", cmd_topic_pause, "Stop delivering"),
         ("resume", cmd_topic_resume, "Resume delivering"),

@@ -177,6 +177,7 @@ class Client(SubscriptionMethods):
         dlq_max_age_s: int | None = None,
         weight: int | None = None,
         burst: int | None = None,
+        transaction_default: str | None = None,
     ) -> dict[str, Any]:
         """Create a topic (admin); the answer has its groups and its signing secret."""
         options = {
@@ -189,6 +190,7 @@ class Client(SubscriptionMethods):
             "dlq_max_age_s": dlq_max_age_s,
             "weight": weight,
             "burst": burst,
+            "transaction_default": transaction_default,
         }
         body = {"topic": topic, "qps": qps} | {k: v for k, v in options.items() if v is not None}
         path = _path("v1", "tenants", tenant, "topics")

@@ -287,6 +287,11 @@ class TransactionStore(AsyncResource):
         """Jobs of the topic waiting in transactions (open, or committed and not released)."""
 
     @abc.abstractmethod
+    async def counts(self, topics: Sequence[TopicRef]) -> list[tuple[int, int]]:
+        """(open transactions, :meth:`prepared_jobs`) of each topic, in order: what the
+        metrics show, read in one round trip where the store can."""
+
+    @abc.abstractmethod
     async def find_job(self, topic: TopicRef, job_id: str) -> str | None:
         """The transaction holding prepared job ``job_id``, or None."""
 

@@ -151,6 +151,8 @@ async def test_rollback_limits_and_closed(stores: Any) -> None:
     with pytest.raises(PayloadTooLarge):
         await store.prepare(TOPIC, tx.id, jobs(3), LIMITS)
     assert (await store.get(TOPIC, tx.id)).jobs == 8
+    other = TopicRef(Namespace.ONLINE, "acme", "other")
+    assert await store.counts([TOPIC, other]) == [(1, 8), (0, 0)]  # (open, prepared jobs)
     done, changed = await store.decide(TOPIC, tx.id, TxState.ROLLED_BACK, Source.CHECK_BACK, "x")
     assert changed and (done.source, done.detail) == (Source.CHECK_BACK, "x")
     assert await store.prepared_jobs(TOPIC) == 0
@@ -159,6 +161,7 @@ async def test_rollback_limits_and_closed(stores: Any) -> None:
     with pytest.raises(TransactionClosed) as closed:
         await store.prepare(TOPIC, tx.id, jobs(1), LIMITS)
     assert closed.value.transaction.state is TxState.ROLLED_BACK
+    assert await store.counts([TOPIC]) == [(0, 0)]
     for _ in range(LIMITS.max_open):
         await opened(store)
     with pytest.raises(TooManyTransactions):

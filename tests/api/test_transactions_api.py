@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestClient, TestServer
+from prometheus_client.parser import text_string_to_metric_families
 from standardwebhooks import Webhook
 
 from emq.api import ApiSettings, make_app
@@ -270,3 +271,62 @@ async def test_commit_racing_the_check_back_is_decided_once(
         assert r.status == 409 and shown["decision"]["source"] == "check_back"
     await asyncio.sleep(0.3)  # a late runner step would show here
     assert await txapi.backlog() == (4 if state is TxState.COMMITTED else 0)
+
+
+async def _metrics(txapi: TxApi) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """This API's /metrics as {(sample name, its labels but the topic's): value}, for acme's
+    orders."""
+    r = await txapi.client.get("/metrics")
+    assert r.status == 200
+    samples = {}
+    for family in text_string_to_metric_families(await r.text()):
+        for s in family.samples:
+            if s.labels.get("tenant") == "acme" and s.labels.get("topic") == "orders":
+                rest = {k: v for k, v in s.labels.items() if k not in ("tenant", "topic")}
+                samples[(s.name, frozenset(rest.items()))] = s.value
+    return samples
+
+
+def _series(name: str, **labels: str) -> tuple[str, frozenset[tuple[str, str]]]:
+    return name, frozenset((labels | {"namespace": "online"}).items())
+
+
+async def test_decisions_check_backs_and_open_transactions_in_the_metrics(
+    txapi: TxApi, receiver: Receiver
+) -> None:
+    """/metrics counts each decision once by outcome and source (a repeated or refused one does
+    not count), each check-back by its result, and shows the open transactions and prepared jobs
+    of the topic when scraped."""
+    c, h = txapi.client, txapi.tenant
+    receiver.answers["/yes"] = {"decision": "commit"}
+    receiver.answers["/broken"] = 503
+    committed, rolled = await txapi.open(receiver.url), await txapi.open(receiver.url)
+    for tx in (committed, rolled):
+        r = await c.post(f"{T}/transactions/{tx['transaction_id']}/jobs", json=JOB, headers=h)
+        assert r.status == 202
+    for path in ("commit", "commit", "rollback"):  # the second commit is a repeat, then a 409
+        await c.post(f"{T}/transactions/{committed['transaction_id']}/{path}", headers=h)
+    await c.post(f"{T}/transactions/{rolled['transaction_id']}/rollback", headers=h)
+    checked = await txapi.open(receiver.url + "/yes", timeout_s=1)
+    broken = await txapi.open(receiver.url + "/broken", timeout_s=1)
+    r = await c.post(f"{T}/transactions/{broken['transaction_id']}/jobs", json={"jobs": [JOB] * 3},
+                     headers=h)  # fmt: skip
+    assert r.status == 202
+    early = await _metrics(txapi)  # (the first scrape reads the store)
+    assert early[_series("emq_topic_open_transactions")] == 2
+    assert early[_series("emq_topic_prepared_jobs")] == 3
+    decisions = "emq_transaction_decisions_total"
+    assert early[_series(decisions, outcome="committed", source="producer")] == 1
+    assert early[_series(decisions, outcome="rolled_back", source="producer")] == 1
+    await txapi.until(checked["transaction_id"], "committed")
+    await txapi.until(broken["transaction_id"], "rolled_back")
+    await asyncio.sleep(1.0)  # the gauges are read at most once a second
+    late = await _metrics(txapi)
+    assert late[_series(decisions, outcome="committed", source="check_back")] == 1
+    assert late[_series(decisions, outcome="rolled_back", source="default")] == 1
+    assert late[_series(decisions, outcome="committed", source="producer")] == 1
+    checks = "emq_transaction_checks_total"
+    assert late[_series(checks, result="commit")] == 1
+    assert late[_series(checks, result="http_error")] == 2  # the policy's 2 asks
+    assert late[_series("emq_topic_open_transactions")] == 0
+    assert late[_series("emq_topic_prepared_jobs")] == 0

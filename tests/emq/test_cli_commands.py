@@ -184,19 +184,43 @@ async def test_admin_commands(emq_api: EmqApi) -> None:
     assert readable.code == 0 and "acme" in readable.out and "Acme Corp" in readable.out
 
 
-async def test_dlq_retention_commands(emq_api: EmqApi) -> None:
-    await emq_api.admin("tenant", "create", "acme")
-    topic = await emq_api.admin(
-        "topic", "create", "acme", "orders", "--qps", "10", "--dlq-max-entries", "500",
-        "--dlq-max-age-s", "3600",
-    )  # fmt: skip
+async def test_dlq_retention_and_transaction_default_commands(emq_api: EmqApi) -> None:
+    token = (await emq_api.admin("tenant", "create", "acme"))["token"]
+    create, dlq = ("topic", "create", "acme"), ("--dlq-max-entries=500", "--dlq-max-age-s=3600")
+    topic, refunds = await asyncio.gather(
+        emq_api.admin(*create, "orders", "--qps", "10", *dlq),
+        emq_api.admin(*create, "refunds", "--qps", "10", "--transaction-default", "commit"),
+    )
     assert (topic["dlq_max_entries"], topic["dlq_max_age_s"]) == (500, 3600)
-    changed = await emq_api.admin("topic", "set-dlq", "acme", "orders", "--max-age-s", "86400")
+    assert (topic["transaction_default"], refunds["transaction_default"]) == ("rollback", "commit")
+    changed, decision = await asyncio.gather(
+        emq_api.admin("topic", "set-dlq", "acme", "orders", "--max-age-s", "86400"),
+        emq_api.admin("topic", "set-transaction-default", "acme", "refunds", "rollback"),
+    )
     assert (changed["dlq_max_entries"], changed["dlq_max_age_s"]) == (500, 86400)
-    shown = await emq_api.run("topic", "show", "acme", "orders", EMQ_ADMIN_TOKEN=ADMIN_TOKEN)
+    assert decision["transaction_default"] == "rollback"
+    set_default = ("topic", "set-transaction-default", "acme")
+    bad = await asyncio.gather(
+        emq_api.run("topic", "set-dlq", "acme", "orders", EMQ_ADMIN_TOKEN=ADMIN_TOKEN),
+        emq_api.run(*set_default, "orders", "maybe"),
+        emq_api.run("topic", "create", "acme", "x", "--qps", "1", "--transaction-default", "no"),
+        emq_api.run(*set_default, "orders", "commit", EMQ_TOKEN=token),
+        emq_api.run(*set_default, "nope", "commit", EMQ_ADMIN_TOKEN=ADMIN_TOKEN),
+    )
+    assert "give --max-entries and/or --max-age-s" in _one_line_error(bad[0])
+    assert "invalid choice: 'maybe'" in _one_line_error(bad[1], code=2)
+    assert "invalid choice: 'no'" in _one_line_error(bad[2], code=2)
+    assert _one_line_error(bad[3]).startswith("emq: error: unauthorized: ")
+    assert _one_line_error(bad[4]).startswith("emq: error: not_found: ")
+    shown, refunds_shown, listed = await asyncio.gather(
+        emq_api.run("topic", "show", "acme", "orders", EMQ_TOKEN=token),
+        emq_api.admin("topic", "show", "acme", "refunds"),
+        emq_api.admin("topic", "list", "acme"),
+    )
     assert "dlq_retention         500 letters per group, none older than 86400 s (1 d)" in shown.out
-    nothing = await emq_api.run("topic", "set-dlq", "acme", "orders", EMQ_ADMIN_TOKEN=ADMIN_TOKEN)
-    assert nothing.code != 0 and "give --max-entries and/or --max-age-s" in nothing.err
+    assert "transaction_default   rollback" in shown.out, shown  # as created: nothing changed it
+    assert refunds_shown["transaction_default"] == "rollback"  # as set, not as refused
+    assert sorted(t["topic"] for t in listed["topics"]) == ["orders", "refunds"]
 
 
 async def test_tenant_commands_with_the_tenant_token(emq_api: EmqApi, settings: Settings) -> None:
