@@ -33,11 +33,13 @@ from emq.core.naming import RedisKeys
 BATCH = 200  # entries per XREVRANGE while a listing scans
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: Any) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)
 
 
-def _decode(entry_id: bytes | str, fields: dict[Any, Any]) -> Change:
+def _decode(entry: Any) -> Change:
+    """One stream entry, ``(id, {"c": json})``, as the change it holds."""
+    entry_id, fields = entry
     raw = fields.get(b"c", fields.get("c"))
     return replace(Change.from_dict(json.loads(raw)), id=_text(entry_id))
 
@@ -80,7 +82,7 @@ class RedisChangeLog(OwnedClient, ChangeLog):
             with translated("reading a change"):
                 found = await self._client.xrange(self._key, change_id, change_id, count=1)
             if found and int(change_id.partition("-")[0]) >= self._horizon_ms():
-                return _decode(*found[0])
+                return _decode(found[0])
         raise NotFound(f"change {change_id!r} not found (unknown, or older than kept)")
 
     async def page(self, query: ChangeFilter) -> ChangePage:
@@ -95,10 +97,12 @@ class RedisChangeLog(OwnedClient, ChangeLog):
         while scanned < SCAN_ENTRIES and len(found) < query.limit:
             count = min(BATCH, SCAN_ENTRIES - scanned)
             with translated("listing changes"):
-                batch = await self._client.xrevrange(self._key, high, str(low), count=count)
-            for entry_id, fields in batch:
+                batch: list[Any] = list(
+                    await self._client.xrevrange(self._key, high, str(low), count=count) or []
+                )
+            for entry in batch:
                 scanned += 1
-                change = _decode(entry_id, fields)
+                change = _decode(entry)
                 last = change.id
                 if query.matches(change):
                     found.append(change)

@@ -32,7 +32,7 @@ import logging
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 from urllib.parse import unquote
 
 from aiohttp import web
@@ -206,7 +206,7 @@ class ChangeRecorder:
 
 
 def view(change: Change) -> ChangeView:
-    return ChangeView(**change.to_dict())  # type: ignore[typeddict-item]
+    return cast(ChangeView, change.to_dict())
 
 
 class ChangeRoutes:

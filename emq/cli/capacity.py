@@ -221,9 +221,10 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
     from emq.client import Client, describe
 
     async def main() -> bool:
-        why = args.why or f"emq plan apply {args.plan}"
-        route = {"change_route": "plan", "change_reason": why}  # recorded with each change
-        async with Client(settings.api_url, token, **route) as client:
+        why = args.why or f"emq plan apply {args.plan}"  # recorded with each change
+        async with Client(
+            settings.api_url, token, change_route="plan", change_reason=why
+        ) as client:
             await _compare(client, changes, args.force)
             refused = any(c.action == "needs-force" for c in changes)
             from emq.cli.plan_store import publish  # the console's latest plan
