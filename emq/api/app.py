@@ -288,7 +288,7 @@ class Api:
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, request: web.Request) -> web.Response:
-        await self.auth.admin(request)
+        ctx = change_context(request, await self.auth.admin(request))
         tenant = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TopicIn, await self._object(request))
         query_ns = self.namespace(request)  # (the query is checked even when the body names one)
@@ -308,6 +308,7 @@ class Api:
         )
         await self.config.get_tenant(tenant)  # 404 for an unknown tenant
         await self.config.create_topic(topic)
+        await self.recorder.created(ctx, topic)
         return web.json_response(self.view(topic, secret=True), status=201)
 
     async def list_topics(self, request: web.Request) -> web.Response:

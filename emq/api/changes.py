@@ -4,7 +4,8 @@
 :class:`ChangeRecorder`: the change function runs inside the configuration store's
 compare-and-set, so the values it saw last are the ones the write replaced, and what it
 returned is what was written; the recorded fields (:data:`emq.core.changes.TOPIC_FIELDS`,
-``qps_cap``) that differ become one :class:`~emq.core.changes.Change`. The CLI and
+``qps_cap``) that differ become one :class:`~emq.core.changes.Change`. A topic's creation is
+recorded too (its fields, with an empty ``before``), and is not revertible. The CLI and
 ``emq plan apply`` reach the same routes through the client, which says so in
 ``X-EMQ-Change-Route`` (``cli``, ``plan``; absent: ``api``) and passes ``--why`` in
 ``X-EMQ-Change-Why`` (percent-encoded UTF-8, at most 500 characters).
@@ -164,6 +165,12 @@ class ChangeRecorder:
         where = (ref.namespace.value, ref.tenant, ref.topic)
         return topic, await self._record(ctx, where, before, after, revert_of)
 
+    async def created(self, ctx: Context, topic: Topic) -> Change | None:
+        """Record a topic's creation: its fields, with nothing before (not revertible)."""
+        ref = topic.ref
+        where = (ref.namespace.value, ref.tenant, ref.topic)
+        return await self._record(ctx, where, {}, topic_fields(topic), None)
+
     async def update_tenant(
         self,
         ctx: Context,
@@ -243,6 +250,8 @@ class ChangeRoutes:
         assert old.topic is not None
         ref = TopicRef(Namespace(old.namespace), old.tenant, old.topic)
         values = {k: v for k, v in old.before.items() if k in TOPIC_SETTABLE}
+        if not values:  # a creation: topics are not deleted
+            raise ConfigConflict(f"change {old.id} created {ref}: a creation is not reverted")
 
         def back(current: Topic) -> Topic:
             if not force:

@@ -52,14 +52,15 @@ def where(c: dict[str, Any]) -> str:
 
 
 def what(c: dict[str, Any]) -> str:
-    """``qps 100 -> 300, groups 1 -> 2`` (``none``: no cap)."""
+    """``qps 100 -> 300, groups 1 -> 2`` (``none``: no cap); ``created: qps 100, ...``."""
 
     def shown(v: object) -> str:
         return "none" if v is None else str(v)
 
-    return ", ".join(
-        f"{k} {shown(c['before'].get(k))} -> {shown(v)}" for k, v in c["after"].items()
-    )
+    after = c["after"].items()
+    if not c["before"] and c["topic"]:
+        return "created: " + ", ".join(f"{k} {shown(v)}" for k, v in after)
+    return ", ".join(f"{k} {shown(c['before'].get(k))} -> {shown(v)}" for k, v in after)
 
 
 def cmd_changes_list(args: argparse.Namespace, settings: Settings) -> int:
@@ -106,17 +107,18 @@ def cmd_changes_show(args: argparse.Namespace, settings: Settings) -> int:
 
 
 def _confirmed(change: dict[str, Any]) -> bool:
-    if not sys.stdin.isatty():
-        raise CommandFailed(InvalidInput("--yes", "revert asks for confirmation: pass --yes"))
     _print_change(change)
     back = ", ".join(f"{k} {v}" for k, v in change["before"].items())
     return input(f"set {where(change)} back to {back}? [y/N] ").strip().lower() in ("y", "yes")
 
 
 def cmd_changes_revert(args: argparse.Namespace, settings: Settings) -> int:
-    if not args.yes and not _confirmed(run(args, settings, lambda c: c.change(args.id))):
-        print("not reverted", file=sys.stderr)
-        return 1
+    if not args.yes:
+        if not sys.stdin.isatty():  # nobody to ask
+            raise CommandFailed(InvalidInput("--yes", "revert asks for confirmation: pass --yes"))
+        if not _confirmed(run(args, settings, lambda c: c.change(args.id))):
+            print("not reverted", file=sys.stderr)
+            return 1
     body = run(args, settings, lambda c: c.revert_change(args.id, force=args.force))
     if args.json:
         print_json(body)

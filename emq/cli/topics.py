@@ -200,6 +200,7 @@ def add_commands(sub: Subparsers) -> None:
         help="strict (high>medium>low) or weighted (default strict)",
     )
     _dlq_flags(create, "--dlq-")
+    why_flag(create)
     create.add_argument(
         "--weight", type=int, metavar="N", help="share of its tenant's cap (default 1)"
     )

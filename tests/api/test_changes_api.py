@@ -93,9 +93,11 @@ async def test_every_route_is_recorded_and_a_revert_restores(
     await call(client, "PATCH", "/v1/tenants/acme", 200, json={"qps_cap": 500})
 
     listed = await call(client, "GET", "/v1/changes?tenant=acme&topic=orders", 200)
-    by_plan, by_cli, by_api = listed["changes"]
+    by_plan, by_cli, by_api, created = listed["changes"]
     assert listed["next_cursor"] is None
-    assert [recorded(c) for c in (by_api, by_cli, by_plan)] == [
+    assert [recorded(c) for c in (created, by_api, by_cli, by_plan)] == [
+        ("admin", "api", "acme", "orders", {}, {"qps": 100, "groups": 1, "weight": 1, "burst": 0},
+         ""),
         ("admin", "api", "acme", "orders", {"qps": 100, "groups": 1}, {"qps": 200, "groups": 2},
          "black friday ✓"),
         ("admin", "cli", "acme", "orders", {"qps": 200}, {"qps": 300}, "peak"),
@@ -109,6 +111,8 @@ async def test_every_route_is_recorded_and_a_revert_restores(
     # Stale: qps is 450 now, not the 200 the API's change left.
     stale = await call(client, "POST", f"/v1/changes/{by_api['id']}/revert", 409)
     assert stale["error"]["code"] == "conflict" and "qps is 450" in stale["error"]["message"]
+    creation = await call(client, "POST", f"/v1/changes/{created['id']}/revert?force=true", 409)
+    assert "a creation is not reverted" in creation["error"]["message"]
     assert await qps(client) == (450, 3)
 
     code, out, err = await emq(client, "changes", "revert", by_plan["id"], "--yes")
