@@ -221,7 +221,7 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
     from emq.client import Client, describe
 
     async def main() -> bool:
-        why = args.why or f"emq plan apply {args.plan}"  # recorded with each change
+        why = args.why or f"emq plan apply {args.plan}"[:500]  # recorded with each change
         async with Client(
             settings.api_url, token, change_route="plan", change_reason=why
         ) as client:
