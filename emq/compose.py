@@ -7,6 +7,7 @@ from typing import Any
 import redis.asyncio as aioredis
 
 from adapters import zk
+from adapters.redis_changes import RedisChangeLog
 from adapters.redis_cluster import cluster_from_url
 from adapters.redis_conn import client_options
 from adapters.redis_demand import RedisDemandBoard
@@ -176,6 +177,17 @@ def open_plans(settings: Settings) -> PlanStore:
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisPlanStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+
+
+def open_changes(settings: Settings) -> RedisChangeLog:
+    """The change log of quotas, splits, weights and caps (``EMQ_CHANGES_*``)."""
+    return RedisChangeLog(
+        _own_redis(settings),
+        RedisKeys(settings.redis_key_prefix),
+        retention_s=settings.changes_retention_s,
+        max_entries=settings.changes_max_entries,
+        owns_client=True,
+    )
 
 
 def open_jobs(settings: Settings) -> JobStore:

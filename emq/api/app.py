@@ -21,6 +21,7 @@ POST       .../topics/{topic}/events, GET .../events/{id}     tenant or admin
            (one delivery job per matching subscription: emq.api.events)
 POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
 GET        /v1/plans/latest (its figures, the dry-run diff)   admin
+GET/POST   /v1/changes[/{change}[/revert]] (emq.api.changes)  admin
 GET        /ui (the web console's static files, emq.api.ui)   anyone
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
@@ -45,6 +46,7 @@ from typing import Any, cast
 
 from aiohttp import web
 
+from adapters.memory_changes import MemoryChangeLog
 from capacity import group_count, kept_cap, split_quota
 from emq.api import (
     answers,
@@ -59,6 +61,9 @@ from emq.api import (
 )
 from emq.api import schedules as schedule_routes
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.changes import ChangeRecorder
+from emq.api.changes import add_routes as add_change_routes
+from emq.api.changes import context as change_context
 from emq.api.coalesce import CoalescedPuts
 from emq.api.endpoints import enable_endpoint
 from emq.api.enqueue import BacklogGuard, Enqueuer, topic_backlog
@@ -72,6 +77,7 @@ from emq.api.settings import ApiSettings
 from emq.api.tenants import tenant_row, with_cap
 from emq.api.views import dlq_cursor, fleet_view, ids_by_group, letter_view
 from emq.core import schema
+from emq.core.changes import ChangeLog
 from emq.core.endpoints import EndpointBoard
 from emq.core.errors import (
     BackendUnavailable,
@@ -127,6 +133,7 @@ class Api:
         fleet: FleetView | None = None,
         jobs: JobStore | None = None,
         endpoints: EndpointBoard | None = None,
+        changes: ChangeLog | None = None,
     ) -> None:
         self.settings = settings
         self.endpoints = endpoints
@@ -139,6 +146,12 @@ class Api:
         self.queues = queues
         self.metrics = metrics
         self.auth = Authenticator(config, settings.admin_token)
+        # Quota, split, weight and cap changes are recorded (emq.api.changes); without a log
+        # given, in this process's memory.
+        log = changes or MemoryChangeLog(
+            retention_s=settings.changes_retention_s, max_entries=settings.changes_max_entries
+        )
+        self.recorder = ChangeRecorder(config, log)
         limits = JobLimits(max_body_bytes=api.max_body_bytes)
         guard = BacklogGuard(queues, api.backlog_refresh_s)
         # Single-job requests arriving together share a Redis round trip (emq.api.coalesce)
@@ -264,17 +277,18 @@ class Api:
 
     async def patch_tenant(self, request: web.Request) -> web.Response:
         """Set or remove the tenant's cap in a namespace (docs/concepts/quotas.md, tenant caps)."""
-        await self.auth.admin(request)
+        ctx = change_context(request, await self.auth.admin(request))
         name = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TenantPatch, await self._object(request))
         ns = self.namespace(request) if body.namespace is None else Namespace(body.namespace)
-        tenant = await self.config.update_tenant(name, partial(with_cap, ns, body.qps_cap))
+        cap = partial(with_cap, ns, body.qps_cap)
+        tenant, _ = await self.recorder.update_tenant(ctx, name, ns, cap)
         return web.json_response(tenant_row(tenant))
 
     # ------------------------------------------------------------------ topics
 
     async def create_topic(self, request: web.Request) -> web.Response:
-        await self.auth.admin(request)
+        ctx = change_context(request, await self.auth.admin(request))
         tenant = validate_name(request.match_info["tenant"], "tenant")
         body = schema.validate(schema.TopicIn, await self._object(request))
         query_ns = self.namespace(request)  # (the query is checked even when the body names one)
@@ -294,6 +308,7 @@ class Api:
         )
         await self.config.get_tenant(tenant)  # 404 for an unknown tenant
         await self.config.create_topic(topic)
+        await self.recorder.created(ctx, topic)
         return web.json_response(self.view(topic, secret=True), status=201)
 
     async def list_topics(self, request: web.Request) -> web.Response:
@@ -316,12 +331,17 @@ class Api:
         return web.json_response(shown)
 
     async def patch_topic(self, request: web.Request) -> web.Response:
-        await self.auth.admin(request)
+        ctx = change_context(request, await self.auth.admin(request))
         ref = self._ref(request)
         changes = schema.given(schema.validate(schema.TopicPatch, await self._object(request)))
         self._apply(await self.config.get_topic(ref), changes)  # validate before writing
-        topic = await self.config.update_topic(ref, lambda current: self._apply(current, changes))
+        apply = partial(self._apply, changes=changes)
+        topic, _ = await self.recorder.update_topic(ctx, ref, apply)
         return web.json_response(self.view(topic))
+
+    def applied(self, topic: Topic, changes: Mapping[str, Any]) -> Topic:
+        """``topic`` with validated ``changes`` applied, as a PATCH applies them."""
+        return self._apply(topic, changes)
 
     def _apply(self, topic: Topic, changes: Mapping[str, Any]) -> Topic:
         """``topic`` with validated ``changes`` applied (the quota re-splits the groups)."""
@@ -464,11 +484,12 @@ def make_app(
     subscription_store: SubscriptionStore | None = None,
     transaction_store: TransactionStore | None = None,
     schedules: ScheduleStore | None = None,
+    changes: ChangeLog | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
     metrics.watch_topics(config, queues, jobs, settings.namespace)
-    handlers = Api(settings, api, config, queues, metrics, history, fleet, jobs, endpoints)
+    handlers = Api(settings, api, config, queues, metrics, history, fleet, jobs, endpoints, changes)
     app = web.Application(
         client_max_size=api.max_request_bytes,
         middlewares=[metrics.middleware, error_middleware],
@@ -507,4 +528,5 @@ def make_app(
     if transaction_store is not None:
         app.cleanup_ctx.append(transactions.runner_context(handlers, transaction_store))
     schedule_routes.add_routes(app, handlers, schedules)
+    add_change_routes(app, handlers, handlers.recorder)
     return app

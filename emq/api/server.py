@@ -34,6 +34,7 @@ from emq.api.guard import ConnectionLimits, GuardedRunner
 from emq.api.heap import tune_gc
 from emq.api.settings import ApiSettings
 from emq.compose import (
+    open_changes,
     open_config,
     open_endpoint_board,
     open_fleet_view,
@@ -203,6 +204,7 @@ async def serve(
     transaction_store = open_transactions(settings)
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
+    changes = open_changes(settings)
     subscriptions = open_subscriptions(settings)
     schedules = open_schedules(settings)
     app = make_app(
@@ -219,6 +221,7 @@ async def serve(
         subscription_store=subscriptions,
         transaction_store=transaction_store,
         schedules=schedules,
+        changes=changes,
     )
     app.middlewares.insert(0, drain.middleware)
     scheduler = scheduler or SchedulerSettings()
@@ -251,6 +254,7 @@ async def serve(
     finally:
         await runner.cleanup()
         await plans.aclose()
+        await changes.aclose()
         await subscriptions.aclose()
         await schedules.aclose()
         await fleet.aclose()

@@ -221,7 +221,10 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
     from emq.client import Client, describe
 
     async def main() -> bool:
-        async with Client(settings.api_url, token) as client:
+        why = args.why or f"emq plan apply {args.plan}"[:500]  # recorded with each change
+        async with Client(
+            settings.api_url, token, change_route="plan", change_reason=why
+        ) as client:
             await _compare(client, changes, args.force)
             refused = any(c.action == "needs-force" for c in changes)
             from emq.cli.plan_store import publish  # the console's latest plan
@@ -351,4 +354,7 @@ def _add_plan(sub: Subparsers) -> None:
     apply.add_argument("--all", action="store_true", help="list unchanged topics too")
     apply.add_argument("--token", help="admin token (default EMQ_ADMIN_TOKEN)")
     apply.add_argument("--json", action="store_true", help="print the comparison as JSON")
+    apply.add_argument(
+        "--why", metavar="TEXT", help="the reason recorded with each change (emq changes)"
+    )
     apply.set_defaults(func=cmd_plan_apply)

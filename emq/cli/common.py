@@ -75,6 +75,8 @@ def run(
             token(args, settings),
             namespace=namespace,
             retry_for_s=settings.client_retry_s if retry_for is None else retry_for,
+            change_route="cli",  # recorded with quota, split, weight and cap changes
+            change_reason=getattr(args, "why", None),
         ) as client:
             return await work(client)
 
@@ -182,6 +184,11 @@ def group(sub: Subparsers, name: str, help: str, description: str) -> Subparsers
     """Add a command group (``emq topic ...``); its actions are added to what it returns."""
     p = sub.add_parser(name, help=help, description=description)
     return p.add_subparsers(dest="action", metavar="ACTION", required=True)
+
+
+def why_flag(p: argparse.ArgumentParser) -> None:
+    """``--why``: the reason recorded with the change a command makes (``emq changes``)."""
+    p.add_argument("--why", metavar="TEXT", help="the reason, recorded with the change")
 
 
 def tenant_and_topic(p: argparse.ArgumentParser) -> None:

@@ -20,6 +20,7 @@ from emq.cli import (
     attempts,
     bench,
     capacity,
+    changes,
     config,
     dlq,
     enqueue,
@@ -80,6 +81,7 @@ def build_parser() -> argparse.ArgumentParser:
     fleet.add_fleet_commands(sub)
     zk.add_zk_commands(sub)
     schedules.add_commands(sub)
+    changes.add_commands(sub)
     return parser
 
 

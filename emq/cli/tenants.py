@@ -9,7 +9,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from emq.cli.common import CommandFailed, command, group, print_json, run, table, when
+from emq.cli.common import CommandFailed, command, group, print_json, run, table, when, why_flag
 from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -103,3 +103,4 @@ def add_commands(sub: Subparsers) -> None:
     cap.add_argument("tenant", metavar="TENANT", help="tenant name")
     cap.add_argument("qps", metavar="QPS", type=int, nargs="?", help="the cap")
     cap.add_argument("--clear", action="store_true", help="remove the cap")
+    why_flag(cap)

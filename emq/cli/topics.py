@@ -20,6 +20,7 @@ from emq.cli.common import (
     table,
     tenant_and_topic,
     where,
+    why_flag,
 )
 from emq.cli.endpoints import add_commands as add_endpoint_commands
 from emq.cli.endpoints import endpoint_lines, print_status
@@ -210,6 +211,7 @@ def add_commands(sub: Subparsers) -> None:
         help="strict (high>medium>low) or weighted (default strict)",
     )
     _dlq_flags(create, "--dlq-")
+    why_flag(create)
     create.add_argument(
         "--weight", type=int, metavar="N", help="share of its tenant's cap (default 1)"
     )
@@ -250,6 +252,7 @@ def add_commands(sub: Subparsers) -> None:
     )
     tenant_and_topic(quota)
     quota.add_argument("qps", metavar="QPS", type=int, help="the new quota")
+    why_flag(quota)
     for name, func, text in (
         ("set-weight", cmd_topic_set_weight, "its share of its tenant's cap, by weight"),
         ("set-burst", cmd_topic_set_burst, "jobs it may send above its pace after idle"),
@@ -265,6 +268,7 @@ def add_commands(sub: Subparsers) -> None:
         )
         tenant_and_topic(p)
         p.add_argument("n", metavar="N", type=int, help=f"the new {name[4:]}")
+        why_flag(p)
     dlq = command(
         topic,
         "set-dlq",

@@ -18,6 +18,7 @@ import aiohttp
 
 from emq.client import transactions as tx_client
 from emq.client.backoff import DEFAULT_RETRY_FOR_S, Backoff
+from emq.client.changes import ChangeMethods, change_headers
 from emq.client.errors import ApiError, error_from_response
 from emq.client.producer import DEFAULT_IN_FLIGHT, DEFAULT_LINGER_S, MAX_BATCH_JOBS, Producer
 from emq.client.subscriptions import SubscriptionMethods
@@ -34,12 +35,13 @@ def _batches(jobs: Sequence[object], size: int) -> list[Sequence[object]]:
     return [jobs[i : i + size] for i in range(0, len(jobs), size)]
 
 
-class Client(SubscriptionMethods):
+class Client(SubscriptionMethods, ChangeMethods):
     """One tenant's (or the admin's) connection to the EMQ API.
 
     One ``aiohttp.ClientSession`` per client, created on first use; pass ``session`` to share
     one (the client then leaves it open). ``namespace`` is the default for topic routes (else the
-    API's own default); each topic method can override it.
+    API's own default); each topic method can override it. ``change_route`` (``cli``, ``plan``)
+    and ``change_reason`` are recorded with the changes it makes (:mod:`emq.client.changes`).
     """
 
     def __init__(
@@ -51,6 +53,8 @@ class Client(SubscriptionMethods):
         timeout_s: float = 30,
         session: aiohttp.ClientSession | None = None,
         retry_for_s: float = DEFAULT_RETRY_FOR_S,
+        change_route: str | None = None,
+        change_reason: str | None = None,
     ) -> None:
         if retry_for_s < 0:
             raise ValueError("retry_for_s must be at least 0")
@@ -58,6 +62,7 @@ class Client(SubscriptionMethods):
         self.retry_for_s = retry_for_s  # enqueues only: other routes are not retried
         self.namespace = namespace
         self._headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._headers |= change_headers(change_route, change_reason)
         self._timeout = aiohttp.ClientTimeout(total=timeout_s)
         self._session = session
         self._owns_session = session is None

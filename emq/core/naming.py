@@ -171,6 +171,10 @@ class RedisKeys:
         """The latest capacity plans, newest first (a list trimmed to EMQ_API_PLANS_KEPT)."""
         return f"{self.prefix}:plans"
 
+    def changes(self) -> str:
+        """The change log (emq.core.changes): a stream capped in age and length."""
+        return f"{self.prefix}:changes"
+
     # Subscriptions (emq.core.subscriptions): a topic's subscriptions, their version and its
     # events' records share the topic's hash tag, so one MULTI covers a change and its version.
 

@@ -187,6 +187,10 @@ class Settings:
     # The attempt log's byte budget per namespace (docs/concepts/attempts.md): beyond it the
     # oldest records go first, whatever their age.
     attempt_log_max_bytes: int = setting(256 * 1024 * 1024, at_least(1024 * 1024))
+    # The change log (emq.core.changes, `emq changes`): how long a quota, split, weight or cap
+    # change stays recorded (and revertible), and at most how many are kept (oldest first out).
+    changes_retention_s: int = setting(30 * 86_400, at_least(60))
+    changes_max_entries: int = setting(100_000, at_least(100))
 
     def __post_init__(self) -> None:
         validate(self)

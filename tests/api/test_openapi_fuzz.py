@@ -22,6 +22,7 @@ import pytest
 from emq.api import ApiSettings, make_app
 from emq.api.server import make_runner
 from emq.compose import (
+    open_changes,
     open_config,
     open_fleet_view,
     open_history,
@@ -82,6 +83,9 @@ ADMIN_ROUTES = {
     "GET /v1/workers",
     "POST /v1/plans",
     "GET /v1/plans/latest",
+    "GET /v1/changes",
+    "GET /v1/changes/{change}",
+    "POST /v1/changes/{change}/revert",
 }
 
 
@@ -104,6 +108,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
     subscriptions = open_subscriptions(settings)
     transactions = open_transactions(settings)
     schedules = open_schedules(settings)
+    changes = open_changes(settings)
     app = make_app(
         settings,
         ApiSettings(),
@@ -117,6 +122,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         subscription_store=subscriptions,
         transaction_store=transactions,
         schedules=schedules,
+        changes=changes,
     )
     runner = make_runner(app, ApiSettings())
     await runner.setup()
@@ -125,6 +131,7 @@ async def live_api(settings: Settings) -> AsyncIterator[str]:
         yield f"http://127.0.0.1:{port}"
     finally:
         await runner.cleanup()
+        await changes.aclose()
         await schedules.aclose()
         await replays.aclose()
         await subscriptions.aclose()
@@ -169,6 +176,8 @@ def config_toml(
             f'include-name = "{name}"',
             f'headers = {{ Authorization = "Bearer {admin}" }}',
         ]
+        if "{change}" in name:  # a recorded change, reverted and then stale (409)
+            lines.append(f'parameters = {{ change = "{ids["change"]}" }}')
     for name in sorted(TENANT_ROUTES):
         lines += [
             "[[operations]]",
@@ -290,6 +299,12 @@ async def test_schemathesis_finds_nothing(live_api: str, tmp_path: Path) -> None
             headers={"Authorization": f"Bearer {token}"},
         )
         assert r.status == 201, await r.text()
+        r = await http.patch(  # a recorded change the fuzzer shows and reverts
+            f"{live_api}/v1/tenants/fuzz/topics/orders", json={"qps": 101}, headers=ADMIN
+        )
+        assert r.status == 200, await r.text()
+        r = await http.get(f"{live_api}/v1/changes?limit=1", headers=ADMIN)
+        ids["change"] = (await r.json())["changes"][0]["id"]
     config = tmp_path / "schemathesis.toml"
     config.write_text(
         config_toml("test-admin-token", token, MAX_EXAMPLES, job_id, replay_id, ids, txs)
