@@ -1,9 +1,9 @@
 """Imports point inward (STYLE.md, "Layering"): checked statically and in fresh interpreters.
 
 The static check reads every module's import statements and holds them to the table below; the
-dynamic check imports each module alone in a fresh forked child with none of our modules loaded
-(``-W error``: no circular import, no import-time warning) and checks that nothing forbidden got
-loaded transitively.
+dynamic check imports each module alone in a fresh forked child with none of its own layer's
+modules loaded (``-W error``: no circular import, no import-time warning) and checks that nothing
+forbidden got loaded transitively.
 """
 
 from __future__ import annotations
@@ -207,20 +207,24 @@ def test_the_checker_catches_outward_imports() -> None:
     assert violations("capacity.split", {"emq.core.model", "emq.core.errors"}) == []
 
 
-# Each module is imported alone in a fresh child of a fork server: one interpreter per group of
-# layers (``-W error``) first imports the third-party modules our code imports directly (except
-# those the group's layers must not load), then forks one child per module, which imports that
-# module and reports ``sys.modules``. None of our modules is loaded before the fork, so a circular
-# import or an outward import shows exactly as in a fresh interpreter; the server checks that its
-# preload loaded nothing forbidden and none of ours, so every forbidden module a child reports was
-# loaded by the module under test. (One interpreter per module cost ~0.3 s of CPU each, mostly
-# re-importing aiohttp, pydantic, pyspark, pandas: 90-118 s on a busy CI machine.)
+# Each module is imported alone in a fresh child of a fork server: one interpreter per layer
+# (``-W error``) first imports the third-party modules our code imports directly (except those the
+# layer must not load) and the modules of the inner layers it may use (``Rule.ours`` and its seams:
+# they cannot import this layer back, the static check holds them to that, and their own layer's
+# server probes each of them with nothing of ours loaded), then forks one child per module of the
+# layer, which imports that module and reports ``sys.modules``. No module of the layer is loaded
+# before the fork, so a circular import within it shows exactly as in a fresh interpreter; the
+# server checks that its preload loaded nothing forbidden, so every forbidden module a child
+# reports was loaded by the module under test. (One interpreter per module cost ~0.3 s of CPU
+# each, mostly re-importing aiohttp, pydantic, pyspark, pandas; re-importing the inner layers in
+# every child, ~0.1 s each.)
 _FORK_SERVER = r"""
 import gc, json, os, sys, threading, traceback
-preload, forbidden, modules = json.loads(sys.argv[1])
-for name in preload:
+preload, forbidden, inner, modules = json.loads(sys.argv[1])
+for name in preload + inner:
     __import__(name)
-early = sorted(m for m in sys.modules if m.split(".")[0] in forbidden)
+inner = set(inner)
+early = sorted(m for m in sys.modules if m.split(".")[0] in forbidden and m not in inner)
 assert not early, f"the preload loads {early}"
 assert threading.active_count() == 1, "the preload started a thread: no fork"
 gc.freeze()  # the children's collections then skip (and do not copy) the preloaded heap
@@ -260,27 +264,32 @@ def _preload(forbidden: frozenset[str]) -> list[str]:
 
 def _probe_alone() -> dict[str, dict[str, list[str] | str]]:
     """``{module: {"loaded": sys.modules after importing it alone} or {"error": ...}}``."""
-    groups: dict[frozenset[str], list[str]] = {}
+    layers: dict[str, list[str]] = {}
     for module, _ in all_modules():
-        groups.setdefault(RULES[layer_of(module)].forbidden_loaded, []).append(module)
-    forbidden_anywhere = frozenset(PACKAGES)  # none of ours may be preloaded either
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-W",
-                "error",
-                "-c",
-                _FORK_SERVER,
-                json.dumps([_preload(forbidden), sorted(forbidden | forbidden_anywhere), modules]),
-            ],
-            cwd=ROOT,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
+        layers.setdefault(layer_of(module), []).append(module)
+    forbidden_anywhere = frozenset(PACKAGES)  # of ours, only the inner layers are preloaded
+    procs = []
+    for layer, modules in layers.items():
+        rule = RULES[layer]
+        inner = [m for other in rule.ours - {layer} for m in layers.get(other, [])]
+        inner = sorted({*inner, *rule.seams, *(s.rpartition(".")[0] for s in rule.seams)})
+        argv = [_preload(rule.forbidden_loaded), sorted(rule.forbidden_loaded | forbidden_anywhere)]
+        procs.append(
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-W",
+                    "error",
+                    "-c",
+                    _FORK_SERVER,
+                    json.dumps([*argv, inner, modules]),
+                ],
+                cwd=ROOT,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
         )
-        for forbidden, modules in groups.items()
-    ]
     results: dict[str, dict[str, list[str] | str]] = {}
     for proc in procs:
         out, err = proc.communicate(timeout=120)
