@@ -301,11 +301,32 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
     redis.service.stop()
 
 
-# The longest files of the parallel pass, longest first (measured with --durations: the
-# spark-submit test starts its own JVM; the console drives chromium). `--dist loadfile` hands
-# files to the xdist workers in collection order, so a long file collected last would run alone
-# at the end while the other workers idle; handed out first, the short files fill in around it.
-LONG_FILES_FIRST = ("tests/spark/test_cli.py", "tests/console/test_console.py")
+# The parallel pass runs with `--dist loadfile`: each file on one worker, so a module fixture is
+# built once; but the Spark tests' files go to one worker together (the scheduler below): they
+# share one SparkSession per worker (tests/spark/conftest.py), so they start one JVM, not one per
+# worker (~25 s of CPU each, the JVM's start and its first job's warm-up). Files go to the
+# workers in collection order, so the longest come first: a long one collected last would run
+# alone at the end while the other workers idle; handed out first, the short ones fill in around
+# it (measured with --durations: the Spark files together; the console drives chromium).
+SPARK_FILES = "tests/spark/"
+LONG_FILES_FIRST = (SPARK_FILES, "tests/console/test_console.py")
+
+
+def _scope(path: str) -> str:
+    return SPARK_FILES if path.startswith(SPARK_FILES) else path
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """``--dist loadfile``, with the files under tests/spark/ one unit of work."""
+    if config.getoption("dist") != "loadfile":
+        return None
+    from xdist.scheduler import LoadFileScheduling
+
+    class SparkFilesTogether(LoadFileScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            return _scope(super()._split_scope(nodeid))
+
+    return SparkFilesTogether(config, log)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -314,4 +335,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         return
     rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
     root = Path(config.rootpath)
-    items.sort(key=lambda item: rank.get(item.path.relative_to(root).as_posix(), len(rank)))
+    items.sort(key=lambda item: rank.get(_scope(item.path.relative_to(root).as_posix()), len(rank)))
