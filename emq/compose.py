@@ -180,7 +180,8 @@ def open_plans(settings: Settings) -> PlanStore:
 
 
 def open_changes(settings: Settings) -> RedisChangeLog:
-    """The change log of quotas, splits, weights and caps (``EMQ_CHANGES_*``)."""
+    """The change log of quotas, splits, weights and caps (kept as ``EMQ_CHANGES_RETENTION_S``
+    and ``EMQ_CHANGES_MAX_ENTRIES`` say)."""
     return RedisChangeLog(
         _own_redis(settings),
         RedisKeys(settings.redis_key_prefix),

@@ -316,17 +316,26 @@ def _scope(path: str) -> str:
     return SPARK_FILES if path.startswith(SPARK_FILES) else path
 
 
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """``--dist loadfile``, with the files under tests/spark/ one unit of work."""
-    if config.getoption("dist") != "loadfile":
-        return None
-    from xdist.scheduler import LoadFileScheduling
+class _SparkFilesTogether:
+    """A plugin of the xdist controller (only there is the hook known): ``--dist loadfile``, with
+    the files under tests/spark/ one unit of work."""
 
-    class SparkFilesTogether(LoadFileScheduling):
-        def _split_scope(self, nodeid: str) -> str:
-            return _scope(super()._split_scope(nodeid))
+    @staticmethod
+    def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+        if config.getoption("dist") != "loadfile":
+            return None
+        from xdist.scheduler import LoadFileScheduling
 
-    return SparkFilesTogether(config, log)
+        class SparkFilesTogether(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return _scope(super()._split_scope(nodeid))
+
+        return SparkFilesTogether(config, log)
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    if config.pluginmanager.hasplugin("xdist") and not os.environ.get("PYTEST_XDIST_WORKER"):
+        config.pluginmanager.register(_SparkFilesTogether(), "emq-spark-files-together")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
