@@ -157,7 +157,10 @@ class Worker:
         self._releasing: set[asyncio.Task[int]] = set()  # worker.reenable, one per re-enable
         self._hurried = False  # a second stop signal: no more draining (see hurry)
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
-        self.regroups = Regroups(queues, self.dispatcher.unfence)  # keys moved by a quota change
+        # Keys that a quota change moved to a new group wait for their old group's jobs.
+        self.regroups = Regroups(
+            queues, self.dispatcher.unfence, commit=self.committer.write_checkpoints
+        )
         self.tenant_quota = TenantQuota(
             worker_id, namespace, config, self.topics, self._requota, board=demand,
             outage=self.outage,

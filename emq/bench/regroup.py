@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import dataclasses
+import itertools
 import logging
 import math
 import random
@@ -43,6 +44,7 @@ from emq.bench import mixed, promises
 from emq.bench.machine import describe
 from emq.bench.rig import Rig
 from emq.core.errors import EmqError
+from emq.rigs.procs import stop_all
 
 TOPIC = "regroup"
 # (first quota, raised) per seed, in turn: 1 -> 3 groups (the issue's example), 1 -> 2 just
@@ -77,6 +79,8 @@ class Plan:
     keys: int = 24
     high: float = 0.1
     low: float = 0.3
+    backlog_s: float = BACKLOG_S
+    arrive_raised: float = ARRIVE_RAISED
 
     @property
     def groups_before(self) -> int:
@@ -88,7 +92,7 @@ class Plan:
 
     def topic(self) -> mixed.TopicSpec:
         return mixed.TopicSpec(
-            TOPIC, "steady", self.qps, round(self.qps * BACKLOG_S), self.high, self.low,
+            TOPIC, "steady", self.qps, round(self.qps * self.backlog_s), self.high, self.low,
             self.keyed, self.keys, 0.0, new_qps=self.raised,
         )  # fmt: skip
 
@@ -142,6 +146,13 @@ def reach_s(times: Sequence[float], at: float, qps: int, until: float) -> float 
     return None
 
 
+def per_second(times: Sequence[float], start: float, end: float) -> list[int]:
+    """Arrivals in each whole second from ``start`` until ``end`` (sorted ``times``)."""
+    edges = [start + k for k in range(math.ceil(end - start) + 1)]
+    at = [bisect.bisect_left(times, edge) for edge in edges]
+    return [b - a for a, b in itertools.pairwise(at)]
+
+
 def judge(
     log: Sequence[promises.Delivery],
     accepted: set[str],
@@ -177,6 +188,8 @@ def judge(
         "window_ratio": topic["window_ratio"],
         "second_ratio": topic["second_ratio"],
         "priority_inversions": result["priority"]["inversions"],
+        # Requests in each second from the raise on (the lowering is phase_s later).
+        "per_second_from_raise": per_second(times, raised_at, lowered_at + 3.0),
     }
     return {"figures": figures, "pass": verdict(figures), "detail": detail}
 
@@ -211,7 +224,7 @@ async def _timeline(run: mixed.Run, plan: Plan) -> None:
     await run.enqueue(t, t.jobs)  # the backlog
     await _arrive(run, t, plan.qps, plan.phase_s)
     await run.change_quota(t)
-    await _arrive(run, t, ARRIVE_RAISED * plan.raised, plan.phase_s)
+    await _arrive(run, t, plan.arrive_raised * plan.raised, plan.phase_s)
     await run.change_quota(dataclasses.replace(t, new_qps=plan.qps))
     await _arrive(run, t, plan.qps, plan.phase_s)
 
@@ -231,6 +244,7 @@ async def run_plan(rig: Rig, plan: Plan) -> dict[str, Any]:
         await _timeline(run, plan)
         drain = await rig.wait_delivered(set(rig.accepted), plan.phase_s * 6 + 30, dead=True)
     log, dead = await rig.deliveries(), await rig.dead_ids()
+    stop_all([p for p in rig.procs if p.alive], hurry=True)  # at once, not one after another
     out = judge(log, rig.accepted - probe, dead, plan, run.changes[TOPIC], run.keys[TOPIC])
     out["detail"] |= {
         "groups": [plan.groups_before, plan.groups_after],
