@@ -81,6 +81,11 @@ class Plan:
     low: float = 0.3
     backlog_s: float = BACKLOG_S
     arrive_raised: float = ARRIVE_RAISED
+    lowered: int | None = None  # the quota after the lowering (None: the first quota again)
+
+    @property
+    def lowered_qps(self) -> int:
+        return self.qps if self.lowered is None else self.lowered
 
     @property
     def groups_before(self) -> int:
@@ -225,8 +230,8 @@ async def _timeline(run: mixed.Run, plan: Plan) -> None:
     await _arrive(run, t, plan.qps, plan.phase_s)
     await run.change_quota(t)
     await _arrive(run, t, plan.arrive_raised * plan.raised, plan.phase_s)
-    await run.change_quota(dataclasses.replace(t, new_qps=plan.qps))
-    await _arrive(run, t, plan.qps, plan.phase_s)
+    await run.change_quota(dataclasses.replace(t, new_qps=plan.lowered_qps))
+    await _arrive(run, t, plan.lowered_qps, plan.phase_s)
 
 
 async def run_plan(rig: Rig, plan: Plan) -> dict[str, Any]:
@@ -248,7 +253,7 @@ async def run_plan(rig: Rig, plan: Plan) -> dict[str, Any]:
     out = judge(log, rig.accepted - probe, dead, plan, run.changes[TOPIC], run.keys[TOPIC])
     out["detail"] |= {
         "groups": [plan.groups_before, plan.groups_after],
-        "quotas": [plan.qps, plan.raised, plan.qps],
+        "quotas": [plan.qps, plan.raised, plan.lowered_qps],
         "run_s": round(time.monotonic() - started, 1),
         "drain_s": round(drain, 1),
         "api_refusals": run.api_refusals,
@@ -282,7 +287,7 @@ def run(
     results = []
     for seed in seeds:
         plan = make_plan(seed, duration_s)
-        say(f"regroup seed {seed}: {plan.qps} -> {plan.raised} -> {plan.qps} QPS, "
+        say(f"regroup seed {seed}: {plan.qps} -> {plan.raised} -> {plan.lowered_qps} QPS, "
             f"{plan.groups_before} -> {plan.groups_after} groups...")  # fmt: skip
         results.append(uvloop.run(run_one(plan)))
         say(f"regroup seed {seed}: {results[-1].get('error') or results[-1]['figures']}")

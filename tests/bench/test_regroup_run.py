@@ -1,7 +1,7 @@
 """A group-count change under load on the real parts (Redis, ZooKeeper, ``emq api``, a fleet of
 two ``emq worker`` processes, the recording sink): a short ``emq bench regroup`` run. A topic
 of 140 QPS (one group) with a keyed and unkeyed backlog at mixed priorities is raised to 320
-(three groups) and lowered back to 140 (three groups kept) while jobs keep arriving: nothing is
+(three groups) and lowered to 240 (three groups kept) while jobs keep arriving: nothing is
 lost or delivered twice, every key's jobs arrive in order (those the raise moved to a new group
 too), and no sliding second exceeds the quota in force."""
 
@@ -19,7 +19,9 @@ pytestmark = pytest.mark.serial  # judges the quota in every sliding second: run
 
 @pytest.fixture(scope="module")
 def result() -> dict[str, Any]:
-    plan = regroup.Plan(seed=1, qps=140, raised=320, phase_s=1.5)
+    plan = regroup.Plan(
+        seed=1, qps=140, raised=320, phase_s=0.8, backlog_s=1.2, arrive_raised=0.8, lowered=240
+    )
     assert (plan.groups_before, plan.groups_after) == (1, 3)
     out = uvloop.run(regroup.run_one(plan))
     assert "error" not in out, out.get("error")
@@ -43,4 +45,5 @@ def test_every_keys_jobs_arrive_in_enqueue_order_moved_or_not(result: dict[str, 
     keys = result["detail"]["keys"]
     assert keys["unmoved"]["keys"] > 0 and keys["moved"]["keys"] > 0
     assert keys["unmoved"]["inversions"] == 0, keys["unmoved"]
-    assert keys["moved"]["inversions"] == 0, keys["moved"]  # the fence held them (worker.regroup)
+    # Without the fence (worker.regroup) about 50 moved keys' jobs arrived before older ones.
+    assert keys["moved"]["inversions"] == 0, keys["moved"]
