@@ -1,8 +1,9 @@
 """``emq bench regroup``: a quota change that changes a topic's group count while jobs wait.
 
 One topic (:class:`Plan`: its first quota, a raise that crosses a multiple of 150 and so adds
-groups, and a lowering back that keeps them) runs on the real parts of :class:`emq.bench.rig.Rig`
-(Redis, ZooKeeper, ``emq api``, a fleet of two ``emq worker`` processes, the recording sink).
+groups, and a lowering, back to the first quota unless told, that keeps them) runs on the real
+parts of :class:`emq.bench.rig.Rig` (Redis, ZooKeeper, ``emq api``, a fleet of two
+``emq worker`` processes, the recording sink).
 It starts with a backlog of keyed and unkeyed jobs at mixed priorities, and jobs keep arriving
 through the API the whole time (:func:`_timeline`):
 
