@@ -344,6 +344,11 @@ class MemoryQueueBackend(QueueBackend):
         committed = self._committed.get(queue)
         return Checkpoint(committed.offset, committed.epoch) if committed else None
 
+    async def tails(self, queues: Sequence[QueueRef]) -> list[Offset | None]:
+        self._open()
+        streams = [self._streams.get(q) for q in queues]
+        return [s.offsets[-1] if s is not None and s.offsets else None for s in streams]
+
     def _write_checkpoint(self, queue: QueueRef, offset: Offset, epoch: int) -> None:
         self._fence(queue.group, epoch, f"checkpoint of {queue.priority}")
         old = self._committed.get(queue)

@@ -36,6 +36,7 @@ from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from capacity.priority import plan_strict
+from worker import regroup
 from worker.endpoints import EndpointRates
 from worker.groups import Buffered, GroupState, priority_index
 from worker.keys import KeyLines
@@ -308,6 +309,18 @@ class Dispatcher:
             self.wake(group, time.monotonic(), prompt=True)
         return None
 
+    def unfence(self, group: GroupState, until: object, rank: int) -> None:
+        """The jobs of ``group`` parked until ``until`` (of priority ``rank``) may go now
+        (worker.regroup): back to the front of their buffer, in offset order, each to be
+        admitted by its key's line (one of a key in flight) like any other keyed job."""
+        lines, buffers = group.keys, group.buffers
+        if lines is None or buffers is None or group.stopped:
+            return  # released or dropped: its parked jobs went with the buffers
+        jobs = [job for job in lines.unfence(until, rank) if isinstance(job, Buffered)]
+        if jobs:
+            buffers[rank].extendleft(sorted(jobs, key=lambda job: job.offset, reverse=True))
+            self.wake(group, time.monotonic(), prompt=True)
+
     def _chain(self, group: GroupState, lines: KeyLines, item: Buffered, rank: int) -> bool:
         """Send a key's next job now, without a dispatch, if one would have sent it first: no
         job of a higher priority buffered in its group (those go first, through the
@@ -339,11 +352,22 @@ class Dispatcher:
         buffer (its ``key`` cleared to say so), so that parked jobs (and the fetches that would
         follow) cannot grow unbounded. Held jobs stop neither the jobs of other keys behind them
         (up to HELD_SCAN held looked past) nor the group: what their priority was granted
-        and could not use goes to the next (see _take)."""
+        and could not use goes to the next (see _take). A job whose key a quota change moved
+        here, while its key's earlier jobs of its priority wait in its old group, is parked
+        apart until those are done (worker.regroup), or held the same way."""
         lines = group.keys
         if lines is None:
             lines = group.keys = KeyLines()
         park = lines.ranks[rank] < max(PARKED_MIN, 2 * group.counter.qps)
+        fences = group.topic.fences
+        if fences:  # a quota change moved keys here (worker.regroup)
+            until = regroup.waits_for(fences, group.ref.index, key, rank)
+            if until is not None:
+                if park:
+                    lines.fence(until, item, rank)
+                else:
+                    item.key = None  # held
+                return False
         verdict = lines.admit(key, item, rank, park=park)
         if verdict is None:
             item.key = None

@@ -40,7 +40,7 @@ import time
 from bisect import bisect_left
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
@@ -61,6 +61,9 @@ from emq.core.model import (
 from worker.endpoints import EndpointRates
 from worker.keys import KeyLines
 from worker.progress import Progress
+
+if TYPE_CHECKING:
+    from worker.regroup import Fence
 
 # Each grant counts for a window of 1 s + LATE_S + the pusher's write margin
 # (emq.core.interfaces.Pusher.write_margin_s): a job goes out at most LATE_S after its grant's
@@ -336,6 +339,7 @@ class TopicState:
         "e2e",
         "e2e_sum_s",
         "endpoint",
+        "fences",
         "groups",
         "in_flight",
         "lend_ring",
@@ -368,6 +372,7 @@ class TopicState:
         self.rates: EndpointRates | None = None  # per-endpoint rates (worker.endpoints), if on
         self.stats = TopicStats()
         self.groups: dict[int, GroupState] = {}
+        self.fences: list[Fence] = []  # changes of its group count not yet done (worker.regroup)
         self.lend_ring: list[GroupState] = []  # its groups, for worker.lending's scan
         # For /metrics (cumulative, read at scrape time): successful pushes' total duration;
         # enqueue-to-delivery latency per E2E_BUCKETS_S bucket (last: over) and its total.

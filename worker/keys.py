@@ -8,7 +8,10 @@ the job in flight ends (:meth:`KeyLines.done`, from the sender), the first parke
 key *of the highest priority parked* becomes the key's *next* (order is per priority: a high
 job of a key parked behind the key's lows goes before them, as it would have from the
 buffers): it goes back to the front of its buffer, and only it may be
-admitted for that key. Unkeyed jobs never reach this module, and a group that has never seen a
+admitted for that key. A job whose key a quota change moved to this group while its earlier
+jobs wait in the old group is parked apart until they are done (:meth:`KeyLines.fence`,
+worker.regroup), then goes back to its buffer and through :meth:`KeyLines.admit` like any other.
+Unkeyed jobs never reach this module, and a group that has never seen a
 keyed job has no :class:`KeyLines` at all. The dispatcher bounds the parked jobs per priority
 (``ranks``; beyond it a job is *held* at its buffer's head). When a key is done, its next job
 goes at once with the sender whose push just ended if its group's quota grants it and nothing
@@ -63,7 +66,7 @@ class _Line:
 class KeyLines:
     """The keys of one group that have a job in flight, and the jobs parked behind them."""
 
-    __slots__ = ("_lines", "displaced", "parked", "ranks")
+    __slots__ = ("_lines", "displaced", "fenced", "parked", "ranks")
 
     def __init__(self) -> None:
         self._lines: dict[str, _Line] = {}
@@ -72,9 +75,25 @@ class KeyLines:
         # A key's next job that a higher one of its key just took the turn from (admit): the
         # caller takes it out of its buffer (it is parked again, first of its rank).
         self.displaced: object | None = None
+        # Jobs parked by a change of the group count (worker.regroup), per what they wait for.
+        self.fenced: dict[object, list[object]] = {}
 
     def __len__(self) -> int:
         return len(self._lines)
+
+    def fence(self, until: object, job: object, rank: int) -> None:
+        """Park ``job`` (of priority ``rank``) until ``until`` passes: earlier jobs of its key
+        are elsewhere (worker.regroup). It is counted with the parked jobs, outside any line."""
+        self.fenced.setdefault(until, []).append(job)
+        self.parked += 1
+        self.ranks[rank] += 1
+
+    def unfence(self, until: object, rank: int) -> list[object]:
+        """The jobs parked until ``until`` (all of priority ``rank``), in parking order."""
+        jobs = self.fenced.pop(until, [])
+        self.parked -= len(jobs)
+        self.ranks[rank] -= len(jobs)
+        return jobs
 
     def admit(self, key: str, job: object, rank: int = 1, *, park: bool = True) -> bool | None:
         """May ``job`` (of priority ``rank``: 0 high, 1 medium, 2 low) go now? If not, it is

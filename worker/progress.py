@@ -60,6 +60,17 @@ class Progress:
             self._window = self._done = None  # idle again: hold nothing until the next fetch
         return moved
 
+    def finished_to(self) -> Offset:
+        """The highest offset at and below which every entry read is finished (committed or
+        not yet; nothing is changed)."""
+        done = self._done or ()
+        last = self.committed
+        for entry in self._window or ():
+            if entry not in done:
+                break
+            last = entry
+        return last
+
     def finished_above(self) -> list[Offset]:
         """The entries finished above the committed offset (after :meth:`committable`), oldest
         first: a newer entry ends before an older one that is held back (worker.keys) or slow."""

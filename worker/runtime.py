@@ -68,6 +68,7 @@ from worker.outage import Outage
 from worker.outcomes import Outcomes
 from worker.ownership import Ownership
 from worker.protocol_errors import ProtocolErrorCollector, ProtocolErrors
+from worker.regroup import Regroups
 from worker.senders import SenderPool
 from worker.settings import WorkerSettings
 from worker.signing import signature_headers
@@ -156,6 +157,10 @@ class Worker:
         self._releasing: set[asyncio.Task[int]] = set()  # worker.reenable, one per re-enable
         self._hurried = False  # a second stop signal: no more draining (see hurry)
         self.holds = Holds(worker_id, queues, assignment, self.groups, self._drop)
+        # Keys that a quota change moved to a new group wait for their old group's jobs.
+        self.regroups = Regroups(
+            queues, self.dispatcher.unfence, commit=self.committer.write_checkpoints
+        )
         self.tenant_quota = TenantQuota(
             worker_id, namespace, config, self.topics, self._requota, board=demand,
             outage=self.outage,
@@ -198,6 +203,7 @@ class Worker:
                 "endpoints", partial(report_loop, self.endpoint_board, self.id, self.topics)
             )
         self._start("tenant-quota", self.tenant_quota.run)
+        self._start("regroups", self.regroups.run)
         failed = asyncio.ensure_future(self._first_failure())
         stopped = asyncio.ensure_future(stop.wait())
         await asyncio.wait({failed, stopped}, return_when=asyncio.FIRST_COMPLETED)
@@ -320,6 +326,8 @@ class Worker:
             ):
                 self._requota(state)
                 log.info("topic %s: quota %d QPS over %d groups", ref, topic.qps, topic.groups)
+            if topic.groups > old.groups:
+                self.regroups.changed(state, old.groups, topic.groups)
             if old.paused != topic.paused:
                 log.info("topic %s %s", ref, "paused" if topic.paused else "resumed")
                 now = time.monotonic()

@@ -403,6 +403,12 @@ class RedisOwner(RedisQueueBase):
         replies = await self._pipeline(commands, "read_checkpoint")
         return [_checkpoint(offset, epoch) for offset, epoch in replies]
 
+    async def tails(self, queues: Sequence[QueueRef]) -> list[Offset | None]:
+        """One pipelined XREVRANGE of one entry per queue, in one round trip."""
+        commands = [("XREVRANGE", self._keys.stream(q), "+", "-", "COUNT", 1) for q in queues]
+        replies = await self._pipeline(commands, "tails")
+        return [offset_of(reply[0][0]) if reply else None for reply in replies]
+
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
     ) -> set[GroupRef]:

@@ -242,7 +242,7 @@ class Run:
         self.changes.setdefault(t.name, []).append((time.time(), quota))
 
 
-async def _probe(rig: Rig, run: Run, timeout_s: float = 60.0) -> None:
+async def probe(rig: Rig, run: Run, timeout_s: float = 60.0) -> None:
     """Wait until the workers deliver (a probe job of a topic of its own)."""
     probe = TopicSpec("probe", "steady", 50, 1, 0, 0, 0, 1, 0)
     await run.create(probe)
@@ -297,7 +297,7 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
         standalone = spec.workers == 1
         for i in range(spec.workers):
             rig.worker(f"w{i}", standalone=standalone, **WORKER_ENV)
-        await _probe(rig, run)
+        await probe(rig, run)
         for t in spec.topics:
             if t.kind != "flood":
                 await run.enqueue(t, t.jobs)

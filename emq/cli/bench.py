@@ -36,6 +36,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
         return 0 if doc["ok"] else 1
+    if args.name == "regroup":  # issue 31: a group-count change under load (emq.bench.regroup)
+        from emq.bench import regroup
+
+        doc = regroup.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else regroup.summary(doc))
+        return 0 if doc["ok"] else 1
     if args.name == "replay":
         from emq.bench import replay
 
@@ -186,6 +192,7 @@ def add_commands(sub: Subparsers) -> None:
             "plan",
             "faults",
             "promises",
+            "regroup",
             "replay",
             "endpoints",
             "push-clients",
@@ -207,14 +214,15 @@ def add_commands(sub: Subparsers) -> None:
         default=None,
         help="seconds per run (10); faults: the length of each timed fault (ZooKeeper outage, "
         "hanging window, Redis load; the trials' own defaults if not given); promises: the "
-        "length of each seed's run (30); peers: 500 jobs per tenant per second of it (5)",
+        "length of each seed's run (30); regroup: each seed's three phases together (15); "
+        "peers: 500 jobs per tenant per second of it (5)",
     )
     bench.add_argument(
         "--seeds",
         type=int,
         default=3,
         help="promises: run the randomized mixed workloads of seeds 1..N (3); faults: run "
-        "cluster_failover once per seed 1..N",
+        "cluster_failover once per seed 1..N; regroup: one run per seed 1..N",
     )
     bench.add_argument(
         "--trials",

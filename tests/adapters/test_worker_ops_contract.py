@@ -221,6 +221,18 @@ async def test_write_checkpoints_applies_all_but_the_fenced_group(subject: Subje
     assert await backend.write_checkpoints([]) == set()
 
 
+async def test_tails_are_each_queues_last_entry_on_every_shard(subject: Subject) -> None:
+    backend, groups = subject.backend, spread_groups(6)
+    await assert_on_every_shard(subject, groups)
+    offsets = {g.queue(HIGH): await put_n(backend, g.queue(HIGH), 3) for g in groups}
+    queues = [q for g in groups for q in (g.queue(HIGH), g.queue(LOW))]  # the lows: empty
+    assert await backend.tails(queues) == [offsets.get(q, [None])[-1] for q in queues]
+    assert await backend.tails([]) == []
+    # The interface's own answer, for a backend that has no faster one: the same while
+    # entries wait past the checkpoint (a backend may still name a committed last entry).
+    assert await QueueBackend.tails(backend, queues) == await backend.tails(queues)
+
+
 async def test_trim_many_applies_all_but_the_fenced_group(subject: Subject) -> None:
     backend, groups = subject.backend, spread_groups(6)
     await assert_on_every_shard(subject, groups)

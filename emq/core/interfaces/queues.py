@@ -287,6 +287,22 @@ class GroupOwner(QueueProbe, Protocol):
         one round trip: a worker claiming thousands of groups reads three each)."""
         return [await self.read_checkpoint(q) for q in queues]
 
+    async def tails(self, queues: Sequence[QueueRef]) -> list[Offset | None]:
+        """Per queue of ``queues``, in order: the offset of its last entry stored, or None when
+        it holds nothing past its checkpoint. Every job of the queue not finished yet lies at or
+        below it (a worker holding the keys that a quota change moved waits for their old
+        groups' checkpoints to reach these, see worker.regroup). Here: the queue read from its
+        checkpoint to its end; a backend may answer in one round trip."""
+        out: list[Offset | None] = []
+        for queue in queues:
+            committed = await self.read_checkpoint(queue)
+            at = committed.offset if committed is not None else ZERO_OFFSET
+            last: Offset | None = None
+            while entries := (await self.read({queue: at}, 1000)).get(queue):
+                last = at = entries[-1].offset
+            out.append(last)
+        return out
+
     @abc.abstractmethod
     async def write_checkpoints(
         self, items: Sequence[tuple[QueueRef, Offset, int]]
