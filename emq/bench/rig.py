@@ -113,7 +113,11 @@ class Rig:
                 await self._http.close()
         with contextlib.suppress(Exception):
             await self._sink.stop()
+        # The servers' data is the rig's own temporary directory, thrown away next: killed, not
+        # shut down (ZooKeeper's shutdown takes seconds, Redis's writes its AOF once more).
         for service in (self.zk, self.redis):
+            with contextlib.suppress(Exception):
+                self.kill(service)
             with contextlib.suppress(Exception):
                 service.stop()
 
