@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from emq.cli.common import command, group, print_json, run, table, tenant_and_topic, when
-from emq.cli.replays import _epoch, progress_line
+from emq.cli.replays import epoch_of, progress_line
 from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -49,8 +49,8 @@ def cmd_list(args: argparse.Namespace, settings: Settings) -> int:
         "state": args.state,
         "key": args.key,
         "idempotency_key": args.idempotency_key,
-        "since": _epoch(args.since, "--since"),
-        "until": _epoch(args.until, "--until"),
+        "since": epoch_of(args.since, "--since"),
+        "until": epoch_of(args.until, "--until"),
         "limit": args.limit,
         "cursor": args.cursor,
     }
@@ -92,9 +92,9 @@ def _line(r: dict[str, Any]) -> str:
 
 
 def cmd_redeliver(args: argparse.Namespace, settings: Settings) -> int:
-    since = _epoch(args.since, "--since")
+    since = epoch_of(args.since, "--since")
     assert since is not None  # (required)
-    until = _epoch(args.until, "--until")
+    until = epoch_of(args.until, "--until")
     body = run(
         args,
         settings,

@@ -12,11 +12,11 @@ import argparse
 import re
 import sys
 import time
-from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
 from emq.cli.common import CommandFailed, group, print_json, run, table, when, why_flag
 from emq.cli.common import command as api_command
+from emq.cli.replays import epoch_of
 from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -33,17 +33,12 @@ def since_epoch(text: str, now: float) -> float:
     if ago:
         return now - int(ago[1]) * _UNIT_S[ago[2]]
     try:
-        return float(text)
-    except ValueError:
-        pass
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
+        epoch = epoch_of(text, "--since")
+    except InvalidInput:
         raise CommandFailed(InvalidInput("--since", "expected 30m, 2h, 7d, epoch seconds or an "
                                          f"ISO date, got {text!r}")) from None  # fmt: skip
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    return moment.timestamp()
+    assert epoch is not None  # (text is not None)
+    return epoch
 
 
 def where(c: dict[str, Any]) -> str:

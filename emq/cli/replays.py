@@ -27,7 +27,7 @@ def paced(args: argparse.Namespace) -> bool:
     return bool(args.paced or args.rate is not None or args.since or args.until)
 
 
-def _epoch(text: str | None, flag: str) -> float | None:
+def epoch_of(text: str | None, flag: str) -> float | None:
     """Epoch seconds from ``1735689600[.5]`` or an ISO date ``2025-01-01[THH:MM[:SS]]`` (UTC)."""
     if text is None:
         return None
@@ -49,7 +49,7 @@ def cmd_replay_start(args: argparse.Namespace, settings: Settings) -> int:
     if args.limit is not None:
         raise InvalidInput("--limit", "is for an immediate replay; a paced one takes all, --id "
                            "or --since/--until")  # fmt: skip
-    since, until = _epoch(args.since, "--since"), _epoch(args.until, "--until")
+    since, until = epoch_of(args.since, "--since"), epoch_of(args.until, "--until")
     body = run(
         args,
         settings,

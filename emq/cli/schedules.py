@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from emq.cli.common import command, group, print_json, run, table, tenant_and_topic
 from emq.cli.enqueue import _header
-from emq.cli.replays import _epoch
+from emq.cli.replays import epoch_of
 from emq.core.errors import InvalidInput
 
 if TYPE_CHECKING:
@@ -39,7 +39,7 @@ def _job(args: argparse.Namespace) -> dict[str, Any]:
 def _options(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for name in ("start_at", "end_at"):
-        value = _epoch(getattr(args, name), "--" + name.replace("_", "-"))
+        value = epoch_of(getattr(args, name), "--" + name.replace("_", "-"))
         if value is not None:
             out[name] = value
     if args.catch_up:
