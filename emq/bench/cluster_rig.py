@@ -167,5 +167,12 @@ class ClusterRig(Rig):
             self.settings, redis_url=f"redis://{self.cluster.address}/0", redis_cluster=True
         )
 
+    def _start_servers(self) -> None:
+        super()._start_servers()
+        # A port range taken meanwhile made the nodes start on another one: the URL follows.
+        self.settings = dataclasses.replace(
+            self.settings, redis_url=f"redis://{self.cluster.address}/0"
+        )
+
     def env(self, **extra: str) -> dict[str, str]:
         return super().env(EMQ_REDIS_CLUSTER="true", **extra)

@@ -91,13 +91,16 @@ class Rig:
             await rig._stop()
 
     async def _start(self) -> None:
-        self.redis.start()
-        self.zk.start()
+        self._start_servers()
         await self._sink.start()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._queues = await open_queues(self.settings)
         self._config = await open_config(self.settings)
         await self._config.create_tenant(Tenant(TENANT, "Fault trials", "0" * 64, time.time()))
+
+    def _start_servers(self) -> None:
+        self.redis.start()
+        self.zk.start()
 
     async def _stop(self) -> None:
         # Every step runs even if an earlier one fails: nothing may be left running.
