@@ -404,14 +404,22 @@ def run_cli(
 ) -> dict[str, Any]:
     """``emq bench promises``: seeds ``1..seeds``, each ``duration_s`` long (30 by default); a
     bad value is one :class:`~emq.core.errors.EmqError` line."""
-    for name in ("kazoo", "adapters"):  # the run's own clients: only errors are news here
+    duration_s = seeded_arguments(seeds, duration_s, default_s=30.0, min_s=5.0)
+    return run(range(1, seeds + 1), duration_s, say=say)
+
+
+def seeded_arguments(seeds: int, duration_s: float | None, default_s: float, min_s: float) -> float:
+    """A seeded bench's ``--seeds`` (1 to 100) and ``--duration-s`` (``min_s`` to 600, else
+    ``default_s``), each out of range one :class:`~emq.core.errors.EmqError` line; the duration.
+    The run's own clients log only errors: their reconnects to the rig's servers are no news."""
+    for name in ("kazoo", "adapters"):
         logging.getLogger(name).setLevel(logging.ERROR)
     if not 1 <= seeds <= 100:
         raise EmqError("--seeds must be between 1 and 100")
-    duration_s = 30.0 if duration_s is None else duration_s
-    if not 5 <= duration_s <= 600:
-        raise EmqError("--duration-s must be between 5 and 600")
-    return run(range(1, seeds + 1), duration_s, say=say)
+    duration_s = default_s if duration_s is None else duration_s
+    if not min_s <= duration_s <= 600:
+        raise EmqError(f"--duration-s must be between {min_s:g} and 600")
+    return duration_s
 
 
 def summary(doc: dict[str, Any]) -> str:

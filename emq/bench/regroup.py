@@ -28,7 +28,6 @@ import asyncio
 import bisect
 import dataclasses
 import itertools
-import logging
 import math
 import random
 import tempfile
@@ -40,11 +39,10 @@ from typing import Any
 import aiohttp
 
 from capacity import group_count
-from emq.api.enqueue import jump_hash
+from capacity.keyhash import jump_hash
 from emq.bench import mixed, promises
 from emq.bench.machine import describe
 from emq.bench.rig import Rig
-from emq.core.errors import EmqError
 from emq.rigs.procs import stop_all
 
 TOPIC = "regroup"
@@ -315,13 +313,7 @@ def run_cli(
 ) -> dict[str, Any]:
     """``emq bench regroup``: seeds ``1..seeds``, each ``duration_s`` long (15 by default: three
     phases of 5 s, then the drain); a bad value is one :class:`EmqError` line."""
-    for name in ("kazoo", "adapters"):
-        logging.getLogger(name).setLevel(logging.ERROR)
-    if not 1 <= seeds <= 100:
-        raise EmqError("--seeds must be between 1 and 100")
-    duration_s = 15.0 if duration_s is None else duration_s
-    if not 3 <= duration_s <= 600:
-        raise EmqError("--duration-s must be between 3 and 600")
+    duration_s = mixed.seeded_arguments(seeds, duration_s, default_s=15.0, min_s=3.0)
     return run(range(1, seeds + 1), duration_s, say=say)
 
 

@@ -3,27 +3,17 @@ starts, and how a trial reads recovery from a delivery log."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 import pytest
 
 from emq.bench import faults
 from emq.bench.promises import Delivery
+from tests.bench.cli import bench_error
 
 
 def test_bad_arguments_are_one_line_and_a_non_zero_exit_before_anything_runs() -> None:
     for args, word in ((["--trials", "worker_kill,nope"], "nope"), (["--duration-s", "0"], "--")):
-        done = subprocess.run(
-            [sys.executable, "-m", "emq", "bench", "faults", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr.startswith("emq: error: ") and done.stderr.count("\n") == 1
-        assert word in done.stderr, done.stderr
+        line = bench_error("faults", *args)
+        assert line.startswith("emq: error: ") and word in line, line
 
 
 def test_recovery_is_the_slowest_topic_with_a_backlog_to_deliver_again() -> None:

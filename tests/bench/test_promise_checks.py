@@ -4,9 +4,6 @@ rate, priority order, key order, isolation), and the verdict table built from th
 
 from __future__ import annotations
 
-import subprocess
-import sys
-
 from emq.bench import mixed
 from emq.bench.promises import (
     BOUNDS,
@@ -25,6 +22,7 @@ from emq.bench.promises import (
     verdict,
     verdict_of,
 )
+from tests.bench.cli import bench_error
 
 
 def d(at: float, job_id: str, topic: str = "a", status: int = 200, **kw: object) -> Delivery:
@@ -227,16 +225,8 @@ def test_parse_log_reads_enqueue_time_delay_and_sequence() -> None:
 
 def test_bench_promises_bad_arguments_are_one_line_and_a_non_zero_exit() -> None:
     for args, word in ((["--seeds", "0"], "--seeds"), (["--duration-s", "1"], "--duration-s")):
-        done = subprocess.run(
-            [sys.executable, "-m", "emq", "bench", "promises", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr.startswith("emq: error: ") and done.stderr.count("\n") == 1
-        assert word in done.stderr, done.stderr
+        line = bench_error("promises", *args)
+        assert line.startswith("emq: error: ") and word in line, line
 
 
 def test_worst_figures_over_seeds_and_the_summary_table() -> None:

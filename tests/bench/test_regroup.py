@@ -33,7 +33,7 @@ def test_a_raise_moves_keys_only_to_the_new_groups() -> None:
     assert len(moved) == pytest.approx(2000, rel=0.1)  # jump hash: about 1 - 1/3 of them
     moved = moved_keys(keys, 2, 4)
     assert len(moved) == pytest.approx(1500, rel=0.1)
-    from emq.api.enqueue import jump_hash
+    from capacity.keyhash import jump_hash
 
     assert all(jump_hash(k, 4) >= 2 for k in moved)
     assert all(jump_hash(k, 4) == jump_hash(k, 2) for k in set(keys) - moved)

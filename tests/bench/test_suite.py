@@ -4,14 +4,13 @@ table carry every figure with its target. A benchmark, not a timed test: no figu
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from typing import Any
 
 import pytest
 
 from emq.bench import dispatch, enqueue, suite
 from spark import bench as plan_bench
+from tests.bench.cli import bench_error
 
 # No figure is judged, so it runs in `make test`'s parallel pass; the suite (Spark, the API, a
 # worker) takes about a minute alone and more beside other tests: a longer bound than 120 s.
@@ -65,12 +64,4 @@ def test_the_table_has_a_line_per_figure_with_its_verdict(doc: dict[str, Any]) -
 
 def test_bad_arguments_fail_at_once_with_one_line() -> None:
     for args in (["--rows", "5"], ["--duration-s", "0"]):
-        done = subprocess.run(
-            [sys.executable, "-m", "emq", "bench", "all", *args],
-            capture_output=True,
-            text=True,
-            timeout=60,
-            check=False,
-        )
-        assert done.returncode == 1 and done.stdout == ""
-        assert done.stderr.startswith("emq: error: --") and done.stderr.count("\n") == 1
+        assert bench_error("all", *args).startswith("emq: error: --")
