@@ -3,8 +3,8 @@ topic's :class:`Quota` (the promise checker, :mod:`emq.bench.promises`, judges t
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -23,11 +23,19 @@ class Delivery:
     enqueued: float | None = None  # ``e``: epoch seconds when the client enqueued the job
     delay_s: float = 0.0  # ``d``: the job's ``delay_s``
     seq: int | None = None  # ``s``: the job's place in its key's enqueue order
+    # Epoch seconds when the API's answer accepting the job reached the enqueuing client (the
+    # job was stored by then); not in the URL: the client learns it after the URL was written.
+    accepted: float | None = None
 
     @property
     def ready(self) -> float | None:
-        """When the job became deliverable: enqueued plus its delay (None: not carried)."""
-        return None if self.enqueued is None else self.enqueued + self.delay_s
+        """When the job was surely deliverable: its delay after it was enqueued, or after it
+        was surely stored if that is known and later (a batch of 1000 takes the API a while
+        under load: a job still on its way in waits for nothing); None: neither carried."""
+        if self.enqueued is None:
+            return None if self.accepted is None else self.accepted + self.delay_s
+        start = self.enqueued if self.accepted is None else max(self.enqueued, self.accepted)
+        return start + self.delay_s
 
     @property
     def ok(self) -> bool:
@@ -64,6 +72,13 @@ def parse_log(rows: Iterable[Sequence[Any]]) -> list[Delivery]:
             )
         )  # fmt: skip
     return out
+
+
+def with_accepted(log: Iterable[Delivery], accepted_at: Mapping[str, float]) -> list[Delivery]:
+    """``log`` with each record's ``accepted`` time from ``accepted_at`` (by job id)."""
+    return [
+        d if (at := accepted_at.get(d.job_id)) is None else replace(d, accepted=at) for d in log
+    ]
 
 
 def _int(value: str | None) -> int | None:

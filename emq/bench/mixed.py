@@ -181,6 +181,10 @@ class Run:
         self.rng = random.Random(spec.seed + 1)
         self.keys = {t.name: key_names(t.keys, (t.qps, t.new_qps or t.qps)) for t in spec.topics}
         self.api_refusals = 0
+        # Per job id: when the API's 202 came back (the job's URL carries when it was made, up
+        # to a loaded API's answer to its batch of 1000 earlier: the checker's "ready" is the
+        # later of the two).
+        self.accepted_at: dict[str, float] = {}
 
     async def call(self, method: str, path: str, body: Any) -> tuple[int, Any]:
         headers = {"Authorization": f"Bearer {ADMIN_TOKEN}"}
@@ -229,6 +233,7 @@ class Run:
             status, answer = await self.call("POST", f"/topics/{t.name}/jobs", {"jobs": jobs})
             if status == 202:
                 self.rig.accepted.update(answer["ids"])
+                self.accepted_at.update(dict.fromkeys(answer["ids"], time.time()))
             else:
                 self.api_refusals += 1
 
@@ -322,6 +327,7 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
         misbehaving=[t.name for t in spec.topics if t.kind in MISBEHAVING],
         answer_s={t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
         stored=stored,
+        accepted_at=run.accepted_at,
     )
     return {
         "seed": spec.seed,

@@ -39,9 +39,11 @@ def priority_inversions(
     """Invariant 5, priority: lower jobs of a group delivered while a higher one waited.
 
     A job J (priority, group, key and enqueue time carried in its URL) waits from ``J.ready``
-    (enqueued + delay) to its first 2xx; ``grace`` (per topic) allows for what was already in
-    flight or reserved when J arrived. A J that failed an attempt waited in the retry schedule,
-    not behind lower jobs, and is left out. What counts as an inversion:
+    (enqueued + delay; from when the API's answer accepting J came back + delay, if that is
+    known and later: a job on its way into the store waits behind nothing) to its first 2xx;
+    ``grace`` (per topic) allows for what was already in flight or reserved when J arrived. A
+    J that failed an attempt waited in the retry schedule, not behind lower jobs, and is left
+    out. What counts as an inversion:
 
     * an unkeyed J: every first 2xx of a lower priority in J's group in
       ``(J.ready + grace, J.delivered)``;

@@ -35,6 +35,7 @@ from typing import Any
 from emq.bench.deliveries import Delivery as Delivery
 from emq.bench.deliveries import Quota as Quota
 from emq.bench.deliveries import parse_log as parse_log
+from emq.bench.deliveries import with_accepted as with_accepted
 from emq.bench.order import PRIORITY_BASE_GRACE_S as PRIORITY_BASE_GRACE_S
 from emq.bench.order import RANK as RANK
 from emq.bench.order import first_ok as first_ok
@@ -281,6 +282,7 @@ def check(
     misbehaving: Sequence[str] = (),
     answer_s: Mapping[str, float] | None = None,
     stored: Iterable[str] = (),
+    accepted_at: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Every figure: loss (``stored``: ids still stored and waiting when the run ended, not
     lost; counted apart as ``still_stored``), duplicates (and those before any of the
@@ -293,8 +295,12 @@ def check(
       topics' least sustained rate is also ``isolation_min_ratio`` (what they got meanwhile);
     * ``answer_s``: topics whose endpoint answers after that many seconds: keyed requests sent
       while the key's previous one was unanswered (:func:`key_overlaps`);
-    * given ``window``, each topic's longest gap within it.
+    * given ``window``, each topic's longest gap within it;
+    * ``accepted_at``: per job id, when the API's answer accepting it came back (see
+      :attr:`Delivery.ready`: a job is judged ready no sooner than it was surely stored).
     """
+    if accepted_at:
+        log = with_accepted(log, accepted_at)
     accepted = set(accepted)
     missing = lost(accepted, log, dead)
     waiting = missing & set(stored)

@@ -32,7 +32,7 @@ import math
 import random
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -164,12 +164,15 @@ def judge(
     plan: Plan,
     changes: Sequence[tuple[float, promises.Quota]],
     keys: Sequence[str],
+    accepted_at: Mapping[str, float] | None = None,
 ) -> dict[str, Any]:
     """Figures of one run: ``accepted``, the ids of the topic's jobs; ``changes``, the raise
-    and the lowering as ``(at, quota)``."""
+    and the lowering as ``(at, quota)``; ``accepted_at``, see :func:`promises.check`."""
     log = [d for d in log if d.topic == TOPIC]
     quota = promises.Quota(plan.qps, plan.groups_before)
-    result = promises.check(log, accepted, dead, {TOPIC: quota}, changes={TOPIC: changes})
+    result = promises.check(
+        log, accepted, dead, {TOPIC: quota}, changes={TOPIC: changes}, accepted_at=accepted_at
+    )
     topic = result["topics"][TOPIC]
     times = promises.by_topic(log).get(TOPIC, [])
     raised_at, lowered_at = changes[0][0], changes[1][0]
@@ -249,7 +252,9 @@ async def run_plan(rig: Rig, plan: Plan) -> dict[str, Any]:
         drain = await rig.wait_delivered(set(rig.accepted), plan.phase_s * 6 + 30, dead=True)
     log, dead = await rig.deliveries(), await rig.dead_ids()
     stop_all([p for p in rig.procs if p.alive], hurry=True)  # at once, not one after another
-    out = judge(log, rig.accepted - probe, dead, plan, run.changes[TOPIC], run.keys[TOPIC])
+    out = judge(
+        log, rig.accepted - probe, dead, plan, run.changes[TOPIC], run.keys[TOPIC], run.accepted_at
+    )
     out["detail"] |= {
         "groups": [plan.groups_before, plan.groups_after],
         "quotas": [plan.qps, plan.raised, plan.lowered_qps],

@@ -144,6 +144,39 @@ def test_priority_waits_from_the_delay_and_not_for_jobs_that_failed_an_attempt()
     assert priority_inversions(retried, grace)["inversions"] == 0
 
 
+def test_priority_waits_from_when_the_api_accepted_the_high_when_that_came_later() -> None:
+    """The URL carries when the client made the job; its batch's 202 came back 0.8 s later (a
+    loaded API): lows delivered before the high was even stored are no inversion, those after
+    it was (plus the grace) are, and so is everything after a delay counted from the 202."""
+    grace = {"a": priority_grace_s(Quota(10))}  # 0.25 s
+    lows = [job(at, f"l{i}", "low", enqueued=1.0) for i, at in enumerate((10.3, 10.5, 10.7))]
+    late = [*lows, job(10.9, "h", "high", enqueued=10.0)]
+    assert priority_inversions(late, grace)["inversions"] == 3  # judged from the URL's time
+    out = check(late, ["h"], [], {"a": Quota(10)}, accepted_at={"h": 10.8})
+    assert out["priority"]["inversions"] == 0
+    # Accepted at once: the lows past 10.1 + 0.25 count as before.
+    soon = check(late, ["h"], [], {"a": Quota(10)}, accepted_at={"h": 10.1})
+    assert soon["priority"]["inversions"] == 2
+    # Delayed 0.3 s: ready 0.3 s after the 202 (10.1 -> 10.4, + grace 10.65): the 10.7 low.
+    delayed = [*lows, job(10.9, "h", "high", enqueued=10.0, delay_s=0.3)]
+    assert (
+        check(delayed, [], [], {"a": Quota(10)}, accepted_at={"h": 10.1})["priority"]["inversions"]
+        == 1
+    )
+    # A 202 that came back before the URL's time (clocks read in another order) changes nothing.
+    assert (
+        check(late, [], [], {"a": Quota(10)}, accepted_at={"h": 9.0})["priority"]["inversions"] == 3
+    )
+
+
+def test_a_record_is_ready_from_the_later_of_made_and_accepted() -> None:
+    made = d(5.0, "j", enqueued=1.0, delay_s=0.5)
+    assert made.ready == 1.5
+    assert made.__class__(5.0, "j", "a", enqueued=1.0, delay_s=0.5, accepted=2.0).ready == 2.5
+    bare = d(5.0, "j", accepted=2.0)
+    assert bare.ready == 2.0 and d(5.0, "j").ready is None
+
+
 def test_priority_a_high_waiting_for_its_keys_low_in_flight_is_no_inversion() -> None:
     """Order per key: a high of key k waits for k's low in flight (a 0.5 s endpoint); lows of
     another key go meanwhile. Neither is an inversion."""
