@@ -38,9 +38,9 @@ import socket
 import sys
 import time
 from collections import deque
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from pathlib import Path
-from typing import cast
+from typing import Any, cast
 
 log = logging.getLogger(__name__)
 
@@ -171,7 +171,7 @@ class Link:
     def flush(self, now: float) -> None:
         """Write every chunk due by ``now``; ask the clock for the next one."""
         queue = self._queue
-        parts = []
+        parts: list[bytes] = []
         while queue and queue[0][0] <= now:
             chunk = queue.popleft()[1]
             if not chunk:  # (_EOF)
@@ -389,8 +389,8 @@ class DelayProxy:
     def forget(self, side: Side) -> None:
         self._sides.discard(side)
 
-    def spawn(self, coro: object) -> None:
-        task = asyncio.ensure_future(coro)  # type: ignore[arg-type]
+    def spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
