@@ -102,6 +102,8 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
             row["W2_jobs_per_s"] = r["jobs_per_s"]
             row["W2_worker_cpu_us_per_job"] = r["worker_cpu_us_per_job"]
             row["W2_proxy_cpu_us_per_job"] = r.get("proxy_cpu_us_per_job")
+            # the worker's serial reads (one in flight at a time) for the run's jobs
+            row["W2_fetch_round_trips"] = r.get("worker_status", {}).get("fetch_round_trips")
             if direct_w2 and rtt is not None:
                 row["W2_vs_direct"] = round(r["jobs_per_s"] / direct_w2, 3)
                 passed[f"W2 {label(rtt)} >= {W2_WITHIN} x direct"] = (

@@ -25,7 +25,8 @@ async def test_a_worker_behind_a_delaying_proxy_delivers_every_job_once(
             "hop", [{"url": sink.url("hop"), "body": {"n": i}} for i in range(120)]
         )
         url = f"redis://127.0.0.1:{hop.port}{redis.path}"
-        worker = worker_process(EMQ_REDIS_URL=url)  # Redis only through the hop
+        # Redis only through the hop; a short grace: the test's teardown has nothing to drain
+        worker = worker_process(EMQ_REDIS_URL=url, EMQ_WORKER_SHUTDOWN_GRACE_S="1")
         assert await sink.wait_for(lambda: len(sink.of("hop")) >= len(ids), 20), worker.log()
         delivered = [d.job_id for d in sink.of("hop")]
         assert sorted(delivered) == sorted(ids)  # each once
