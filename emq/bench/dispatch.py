@@ -60,13 +60,14 @@ from __future__ import annotations
 import asyncio
 import signal
 import tempfile
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import uvloop
 
-from emq.bench.harness import Contention, Harness
+from emq.bench import netlink
+from emq.bench.harness import Contention, CpuMeter, Harness
 from emq.bench.machine import describe
 from emq.bench.priority import w9, w10
 from emq.bench.workloads import WORKLOADS, w2, w2_noop
@@ -132,23 +133,39 @@ def plan(workload: str, noop: bool) -> list[str]:
 
 
 async def run_async(
-    runs: list[str], duration_s: float, competitor: bool = False
+    runs: list[str], duration_s: float, competitor: bool = False, rtts: Sequence[float] = ()
 ) -> list[dict[str, Any]]:
     record = any(r in ("W3", "W11", "W12") for r in runs)  # (a log costs the sink: only when read)
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
         async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
             results = []
-            for name in runs:
-                contention = Contention(h.sink_pid, h.redis_pid).start()
-                result = await RUNS[name](h, duration_s)
-                machine = result.pop("machine")
-                results.append({**result, "contention": contention.read(), "machine": machine})
+            for rtt in netlink.links(rtts) if rtts else [None]:
+                async with h.redis_link(rtt):
+                    for name in runs:
+                        results.append(await _measured(h, name, duration_s, bool(rtts)))
             return results
+
+
+async def _measured(h: Harness, name: str, duration_s: float, linked: bool) -> dict[str, Any]:
+    """One workload with how busy the machine was; with ``linked``, over which Redis link."""
+    contention = Contention(h.sink_pid, h.redis_pid, *h.link_pids().values()).start()
+    proxy = CpuMeter(h.link_pids()).start()
+    runner = netlink.w2 if linked and name == "W2" else RUNS[name]
+    result = await runner(h, duration_s)
+    machine = result.pop("machine")
+    if linked:
+        used = proxy.read()
+        result["redis_link"] = {
+            "rtt_ms": h.link_rtt_ms,
+            "proxy_cpu_s": round(used.get("proxy", 0.0), 2),
+            "proxy_cpu_pct_of_core": round(100 * used.get("proxy", 0.0) / used["wall_s"], 1),
+        }
+    return {**result, "contention": contention.read(), "machine": machine}
 
 
 def summary(result: dict[str, Any]) -> str:
     """Human-readable lines: per workload, each target with its figure, then a few more."""
-    lines = []
+    lines = [netlink.summary(result)] if "network" in result else []
     for r in result.get("results", [result]):
         lines.append(f"{r['workload']}:")
         for key, target in r["targets"].items():
@@ -174,15 +191,19 @@ def run(
     noop: bool = False,
     duration_s: float = 10.0,
     competitor: bool = False,
+    redis_rtt_ms: Sequence[float] = (),
 ) -> dict[str, Any]:
-    """Run the workloads; one result, or ``{"results": [...]}`` for several."""
-    runs = plan(workload, noop)
+    """Run the workloads; one result, or ``{"results": [...]}`` for several. With
+    ``redis_rtt_ms``, the worker reaches Redis through a delaying proxy: :mod:`.netlink`."""
+    runs = netlink.plan(workload, noop) if redis_rtt_ms else plan(workload, noop)
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
     try:
-        results = uvloop.run(_main(runs, duration_s, competitor))
+        results = uvloop.run(_main(runs, duration_s, competitor, redis_rtt_ms))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None  # SIGTERM: everything was stopped on the way out
+    if redis_rtt_ms:
+        return netlink.report(workload, redis_rtt_ms, results)
     if len(results) == 1:
         return results[0]
     return {
@@ -194,13 +215,15 @@ def run(
     }
 
 
-async def _main(runs: list[str], duration_s: float, competitor: bool) -> list[dict[str, Any]]:
+async def _main(
+    runs: list[str], duration_s: float, competitor: bool, rtts: Sequence[float]
+) -> list[dict[str, Any]]:
     """Run, and turn SIGTERM into cancellation so every server is stopped on the way out."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_async(runs, duration_s, competitor)
+        return await run_async(runs, duration_s, competitor, rtts)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

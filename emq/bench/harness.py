@@ -31,6 +31,7 @@ from adapters.redis_queue import RedisQueueBackend, connect
 from emq.core.errors import EmqError
 from emq.core.interfaces import PutItem
 from emq.core.model import Envelope, Job, Namespace, QueueRef, TopicRef
+from emq.rigs.netdelay import DelayProcess
 from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
@@ -190,8 +191,9 @@ class Contention:
     hypervisor took from this virtual machine's CPUs (steal).
     """
 
-    def __init__(self, sink_pid: int, redis_pid: int) -> None:
+    def __init__(self, sink_pid: int, redis_pid: int, *others: int) -> None:
         self._pids = {"sink": sink_pid, "redis": redis_pid}
+        self._pids |= {f"other{i}": pid for i, pid in enumerate(others)}  # (a network hop)
 
     def _ours_s(self) -> float:
         me = resource.getrusage(resource.RUSAGE_SELF)
@@ -353,6 +355,10 @@ class Harness:
         self.redis = Service("redis", "redis.sh", tmp / "redis", free_port())
         self.redis_url = f"redis://{self.redis.address}/0"
         self.redis_pid = 0
+        # What the worker (and an API) dials for Redis: Redis itself, or a delaying proxy in
+        # front of it (:meth:`redis_link`); the benchmark's own clients always dial Redis.
+        self.service_redis_url = self.redis_url
+        self.link: DelayProcess | None = None
         self.sink_port = free_port()
         self.sink_base = f"http://127.0.0.1:{self.sink_port}"
         self.sink = SinkProcess(self.sink_port, tmp / "sink.log", record=record)
@@ -391,6 +397,36 @@ class Harness:
     def sink_pid(self) -> int:
         return self.sink.pid
 
+    @contextlib.asynccontextmanager
+    async def redis_link(self, rtt_ms: float | None) -> AsyncIterator[None]:
+        """Workers started in the block reach Redis through :mod:`emq.rigs.netdelay` adding
+        ``rtt_ms`` per round trip (None: directly)."""
+        if rtt_ms is None:
+            yield
+            return
+        self.link = DelayProcess(
+            free_port(),
+            ("127.0.0.1", self.redis.port),
+            rtt_ms,
+            self.tmp / f"netdelay-{rtt_ms:g}.log",
+        )
+        await self.link.start()
+        self.service_redis_url = f"redis://127.0.0.1:{self.link.port}/0"
+        try:
+            yield
+        finally:
+            self.service_redis_url = self.redis_url
+            self.link.stop()
+            self.link = None
+
+    def link_pids(self) -> dict[str, int]:
+        """``{"proxy": pid}`` while a link is up, for a :class:`CpuMeter`; else nothing."""
+        return {"proxy": self.link.pid} if self.link is not None else {}
+
+    @property
+    def link_rtt_ms(self) -> float | None:
+        return self.link.rtt_ms if self.link is not None else None
+
     async def fresh(self, workload: str) -> RedisQueueBackend:
         """An empty Redis and a new key prefix for ``workload``; a backend to put jobs with."""
         if self.queues is not None:
@@ -427,7 +463,7 @@ class Harness:
         return int(info["total_commands_processed"])
 
     def worker(self, name: str, spec: dict[str, Any]) -> WorkerHandle:
-        base = {"redis_url": self.redis_url, "prefix": self.prefix, "tenant": TENANT}
+        base = {"redis_url": self.service_redis_url, "prefix": self.prefix, "tenant": TENANT}
         return WorkerHandle(self.tmp, name, {**base, **spec})
 
 

@@ -157,7 +157,8 @@ async def drain(
     h: Harness, worker: WorkerHandle, jobs: int
 ) -> tuple[dict[str, float], dict[str, Any]]:
     """Give the worker its topics and wait until it delivered ``jobs``: (CPU used, status)."""
-    meter = CpuMeter({"worker": worker.pid, "sink": h.sink_pid, "redis": h.redis_pid}).start()
+    pids = {"worker": worker.pid, "sink": h.sink_pid, "redis": h.redis_pid, **h.link_pids()}
+    meter = CpuMeter(pids).start()
     worker.load_topics()
     status = await worker.wait_for("delivered", jobs, timeout_s=60 + jobs / 1000, every_s=0.1)
     used = meter.read()
@@ -201,7 +202,7 @@ async def w2(h: Harness, duration_s: float) -> dict[str, Any]:
 async def _w2_worker(h: Harness, jobs: int, senders: int) -> dict[str, Any]:
     """A worker with ``senders`` delivers ``jobs``: jobs/s from the first to the last arrival."""
     jobs = await _w2_preload(h, jobs)
-    contention = Contention(h.sink_pid, h.redis_pid).start()
+    contention = Contention(h.sink_pid, h.redis_pid, *h.link_pids().values()).start()
     excerpt = {"response_excerpt_bytes": _excerpt_bytes()} if _excerpt_bytes() else {}
     spec = {"topics": topic_specs(W2_TOPICS, 150, **excerpt), "settings": {"senders": senders}}
     worker = await start_worker(h, "w2", spec)
@@ -213,6 +214,8 @@ async def _w2_worker(h: Harness, jobs: int, senders: int) -> dict[str, Any]:
     span = stats["last_at"] - stats["first_at"]
     whole = range(int(stats["first_at"]) + 1, int(stats["last_at"]))  # full seconds only
     totals = [sum(c) for c in zip(*window(stats, W2_TOPICS, whole.start, len(whole)), strict=True)]
+    proxy_per_job = round(used.get("proxy", 0.0) / jobs * 1e6, 1)
+    proxy = {"proxy_cpu_us_per_job": proxy_per_job} if "proxy" in used else {}
     return {
         "jobs_per_s": round(stats["requests"] / span, 1) if span > 0 else 0.0,
         "steady_jobs_per_s_median": statistics.median(totals) if totals else 0,
@@ -221,6 +224,7 @@ async def _w2_worker(h: Harness, jobs: int, senders: int) -> dict[str, Any]:
         "delivered_at_sink": stats["requests"],
         "seconds": round(span, 2),
         "worker_cpu_us_per_job": round(used["worker"] / jobs * 1e6, 1),
+        **proxy,  # (Redis behind emq.rigs.netdelay: its CPU per job)
         "cpu_pct_of_core": share(used),
         "worker_rss_mib": {"start": round(rss, 1), "end": round(rss_end, 1)},
         "worker_status": status,

@@ -127,7 +127,7 @@ def _api(h: Harness, zk: Service) -> Iterator[str]:
     port = free_port()
     base = f"http://127.0.0.1:{port}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")} | {
-        "EMQ_REDIS_URL": h.redis_url,
+        "EMQ_REDIS_URL": h.service_redis_url,
         "EMQ_REDIS_KEY_PREFIX": h.prefix,
         "EMQ_ZK_HOSTS": zk.address,
         "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,

@@ -117,12 +117,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         return 0
     if args.name == "dispatch":
         from emq.bench import dispatch
+        from emq.bench.netlink import parse_rtts
 
         result = dispatch.run(
             args.workload,
             noop=args.noop,
             duration_s=args.duration_s,
             competitor=args.competitor,
+            redis_rtt_ms=parse_rtts(args.redis_rtt_ms) if args.redis_rtt_ms else (),
         )
         print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
         return 0
@@ -243,6 +245,12 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
+    )
+    bench.add_argument(
+        "--redis-rtt-ms",
+        metavar="MS[,MS...]",
+        help="dispatch: also run with the worker reaching Redis through a delaying proxy, at 0 ms "
+        "and at each round-trip time given (e.g. 0.5,2); --workload all means W2, W3, W5",
     )
     bench.add_argument(
         "--out", metavar="FILE", help="all, faults, promises: also write the JSON document to FILE"
