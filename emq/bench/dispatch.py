@@ -50,6 +50,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   through the API against W2: :mod:`emq.bench.workloads_api`.
 * **W9** priority under backlog and **W10** memory bounded in bytes: see
   :mod:`emq.bench.priority`.
+* **paced**: N topics at quota q, backlogged (``--topics``, ``--quota``): the worker's CPU per
+  job, wake-ups and Redis commands while pacing, against the saturated W2 run of the same
+  sitting: :mod:`emq.bench.workloads_paced` (not part of ``all``).
 
 This machine class is shared and noisy: every result carries ``contention``, the CPU that other
 processes took meanwhile, and the CPU figures are the worker's own (``/proc``), not wall time.
@@ -58,6 +61,7 @@ processes took meanwhile, and the CPU figures are the worker's own (``/proc``), 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable
@@ -76,6 +80,7 @@ from emq.bench.workloads_idle import w4, w5
 from emq.bench.workloads_isolation import w6, w6b
 from emq.bench.workloads_keys import w12
 from emq.bench.workloads_pace import w3, w11
+from emq.bench.workloads_paced import MAX_QUOTA, MAX_TOPICS, QUOTAS, TOPICS, paced, parse_counts
 from emq.core.errors import EmqError
 
 SUMMARY_EXTRA = {
@@ -98,6 +103,7 @@ SUMMARY_EXTRA = {
     "W6b": ("healthy_second_ratio_min", "slow_per_s", "worker_status.senders_most"),
     "W9": ("high_p50_ms", "highs_delivered"),
     "W10": ("peak_rss_mib", "backlog_mib", "buffered_jobs"),
+    "paced": ("w2_worker_cpu_us_per_job", "w2_jobs_per_s"),
 }
 RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W2": w2,
@@ -132,15 +138,19 @@ def plan(workload: str, noop: bool) -> list[str]:
 
 
 async def run_async(
-    runs: list[str], duration_s: float, competitor: bool = False
+    runs: list[str],
+    duration_s: float,
+    competitor: bool = False,
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] | None = None,
 ) -> list[dict[str, Any]]:
     record = any(r in ("W3", "W11", "W12") for r in runs)  # (a log costs the sink: only when read)
+    table = table or RUNS
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
         async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
             results = []
             for name in runs:
                 contention = Contention(h.sink_pid, h.redis_pid).start()
-                result = await RUNS[name](h, duration_s)
+                result = await table[name](h, duration_s)
                 machine = result.pop("machine")
                 results.append({**result, "contention": contention.read(), "machine": machine})
             return results
@@ -159,6 +169,14 @@ def summary(result: dict[str, Any]) -> str:
             for part in key.split("."):
                 value = value[part]
             lines.append(f"  {key:<28} {value}")
+        for c in r.get("cases", []) if r["workload"] == "paced" else []:
+            lines.append(
+                f"  {c['topics']:>5} topics x {c['qps']:>3} QPS: {c['delivered_per_s']:>8}/s "
+                f"{c['worker_cpu_s_per_1000_jobs']:.3f} CPU-s/1000 jobs "
+                f"(x{c['cpu_ratio_to_w2']} W2) {c['wakeups_per_s']} wake-ups/s "
+                f"{c['redis_commands_per_job']} Redis commands/job"
+                + ("" if c["paced"] else " (not paced: saturated)")
+            )
         c = r["contention"]
         lines.append(
             f"  other load: {c['other_processes_pct_of_core']}% of a core "
@@ -174,13 +192,26 @@ def run(
     noop: bool = False,
     duration_s: float = 10.0,
     competitor: bool = False,
+    topics: str | None = None,
+    quotas: str | None = None,
 ) -> dict[str, Any]:
-    """Run the workloads; one result, or ``{"results": [...]}`` for several."""
+    """Run the workloads; one result, or ``{"results": [...]}`` for several. ``topics`` and
+    ``quotas`` (``"10,100"``) are the paced workload's cases."""
     runs = plan(workload, noop)
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
+    if (topics is not None or quotas is not None) and workload != "paced":
+        raise EmqError("--topics and --quota apply to --workload paced only")
+    table = {
+        **RUNS,
+        "paced": functools.partial(
+            paced,
+            topics=parse_counts(topics, "--topics", MAX_TOPICS) if topics else TOPICS,
+            quotas=parse_counts(quotas, "--quota", MAX_QUOTA) if quotas else QUOTAS,
+        ),
+    }
     try:
-        results = uvloop.run(_main(runs, duration_s, competitor))
+        results = uvloop.run(_main(runs, duration_s, competitor, table))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None  # SIGTERM: everything was stopped on the way out
     if len(results) == 1:
@@ -194,13 +225,18 @@ def run(
     }
 
 
-async def _main(runs: list[str], duration_s: float, competitor: bool) -> list[dict[str, Any]]:
+async def _main(
+    runs: list[str],
+    duration_s: float,
+    competitor: bool,
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]],
+) -> list[dict[str, Any]]:
     """Run, and turn SIGTERM into cancellation so every server is stopped on the way out."""
     loop = asyncio.get_running_loop()
     task = asyncio.current_task()
     assert task is not None
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_async(runs, duration_s, competitor)
+        return await run_async(runs, duration_s, competitor, table)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

@@ -123,6 +123,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             noop=args.noop,
             duration_s=args.duration_s,
             competitor=args.competitor,
+            topics=args.topics,
+            quotas=args.quota,
         )
         print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
         return 0
@@ -237,9 +239,31 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12", "all"],
+        choices=[
+            "W2",
+            "W3",
+            "W4",
+            "W5",
+            "W6",
+            "W6b",
+            "W7",
+            "W8",
+            "W9",
+            "W10",
+            "W11",
+            "W12",
+            "paced",
+            "all",
+        ],
         default="all",
-        help="dispatch: which worker workload (default: all)",
+        help="dispatch: which worker workload (default: all; paced is run only when named); "
+        "peers: paced compares ten tenants at quota 100, one flooding",
+    )
+    bench.add_argument(
+        "--topics", metavar="N,M", help="dispatch paced: topic counts to run (10,100,1000)"
+    )
+    bench.add_argument(
+        "--quota", metavar="Q,R", help="dispatch paced: each topic's quota to run (10,100)"
     )
     bench.add_argument(
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
