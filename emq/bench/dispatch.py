@@ -170,6 +170,9 @@ def summary(result: dict[str, Any]) -> str:
                 value = value[part]
             lines.append(f"  {key:<28} {value}")
         for c in r.get("cases", []) if r["workload"] == "paced" else []:
+            if "error" in c:
+                lines.append(f"  {c['topics']:>5} topics x {c['qps']:>3} QPS: {c['error']}")
+                continue
             lines.append(
                 f"  {c['topics']:>5} topics x {c['qps']:>3} QPS: {c['delivered_per_s']:>8}/s "
                 f"{c['worker_cpu_s_per_1000_jobs']:.3f} CPU-s/1000 jobs "

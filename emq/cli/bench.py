@@ -69,6 +69,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = fanout.run()
         print(json.dumps(doc, indent=2) if args.json else fanout.summary(doc))
         return 0
+    if args.name == "peers" and args.workload == "paced":  # issue 32 (emq.bench.peers_paced)
+        from emq.bench import peers_paced
+
+        doc = peers_paced.run(args.duration_s or 10.0, say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else peers_paced.summary(doc))
+        return 0
+    if args.name == "peers" and args.workload != "all":
+        raise EmqError(f"peers runs its own workload or --workload paced, not {args.workload!r}")
     if args.name == "peers":  # issue 14: EMQ against BullMQ (emq.bench.peers)
         from emq.bench import peers
 
