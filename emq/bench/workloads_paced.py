@@ -180,7 +180,7 @@ async def paced(
     measured = [c for c in cases if "error" not in c]
     if not measured:
         raise EmqError(f"no paced case was measured: {cases[0]['error']}")
-    w2 = await _w2_worker(h, int(W2_JOBS_PER_S * max(0.2, duration_s)), SENDERS)
+    w2 = await _w2_worker(h, int(W2_JOBS_PER_S * max(0.1, duration_s)), SENDERS)
     reference = w2["worker_cpu_us_per_job"]
     for case in measured:
         case["cpu_ratio_to_w2"] = round(case["worker_cpu_us_per_job"] / reference, 3)
