@@ -50,6 +50,9 @@ while measuring. Every topic has a signing secret, so every push is signed, as i
   through the API against W2: :mod:`emq.bench.workloads_api`.
 * **W9** priority under backlog and **W10** memory bounded in bytes: see
   :mod:`emq.bench.priority`.
+* **paced**: N topics at quota q, backlogged (``--topics``, ``--quota``): the worker's CPU per
+  job, wake-ups and Redis commands while pacing, against the saturated W2 run of the same
+  sitting: :mod:`emq.bench.workloads_paced` (not part of ``all``).
 
 This machine class is shared and noisy: every result carries ``contention``, the CPU that other
 processes took meanwhile, and the CPU figures are the worker's own (``/proc``), not wall time.
@@ -58,6 +61,7 @@ processes took meanwhile, and the CPU figures are the worker's own (``/proc``), 
 from __future__ import annotations
 
 import asyncio
+import functools
 import signal
 import tempfile
 from collections.abc import Awaitable, Callable, Sequence
@@ -77,6 +81,7 @@ from emq.bench.workloads_idle import w4, w5
 from emq.bench.workloads_isolation import w6, w6b
 from emq.bench.workloads_keys import w12
 from emq.bench.workloads_pace import w3, w11
+from emq.bench.workloads_paced import MAX_QUOTA, MAX_TOPICS, QUOTAS, TOPICS, paced, parse_counts
 from emq.core.errors import EmqError
 
 SUMMARY_EXTRA = {
@@ -99,6 +104,7 @@ SUMMARY_EXTRA = {
     "W6b": ("healthy_second_ratio_min", "slow_per_s", "worker_status.senders_most"),
     "W9": ("high_p50_ms", "highs_delivered"),
     "W10": ("peak_rss_mib", "backlog_mib", "buffered_jobs"),
+    "paced": ("w2_worker_cpu_us_per_job", "w2_jobs_per_s"),
 }
 RUNS: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
     "W2": w2,
@@ -133,24 +139,35 @@ def plan(workload: str, noop: bool) -> list[str]:
 
 
 async def run_async(
-    runs: list[str], duration_s: float, competitor: bool = False, rtts: Sequence[float] = ()
+    runs: list[str],
+    duration_s: float,
+    competitor: bool = False,
+    rtts: Sequence[float] = (),
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] | None = None,
 ) -> list[dict[str, Any]]:
     record = any(r in ("W3", "W11", "W12") for r in runs)  # (a log costs the sink: only when read)
+    table = table or RUNS
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
         async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
             results = []
             for rtt in netlink.links(rtts) if rtts else [None]:
                 async with h.redis_link(rtt):
                     for name in runs:
-                        results.append(await _measured(h, name, duration_s, bool(rtts)))
+                        results.append(await _measured(h, name, duration_s, bool(rtts), table))
             return results
 
 
-async def _measured(h: Harness, name: str, duration_s: float, linked: bool) -> dict[str, Any]:
+async def _measured(
+    h: Harness,
+    name: str,
+    duration_s: float,
+    linked: bool,
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]],
+) -> dict[str, Any]:
     """One workload with how busy the machine was; with ``linked``, over which Redis link."""
     contention = Contention(h.sink_pid, h.redis_pid, *h.link_pids().values()).start()
     proxy = CpuMeter(h.link_pids()).start()
-    runner = netlink.w2 if linked and name == "W2" else RUNS[name]
+    runner = netlink.w2 if linked and name == "W2" else table[name]
     result = await runner(h, duration_s)
     machine = result.pop("machine")
     if linked:
@@ -176,6 +193,17 @@ def summary(result: dict[str, Any]) -> str:
             for part in key.split("."):
                 value = value[part]
             lines.append(f"  {key:<28} {value}")
+        for c in r.get("cases", []) if r["workload"] == "paced" else []:
+            if "error" in c:
+                lines.append(f"  {c['topics']:>5} topics x {c['qps']:>3} QPS: {c['error']}")
+                continue
+            lines.append(
+                f"  {c['topics']:>5} topics x {c['qps']:>3} QPS: {c['delivered_per_s']:>8}/s "
+                f"{c['worker_cpu_s_per_1000_jobs']:.3f} CPU-s/1000 jobs "
+                f"(x{c['cpu_ratio_to_w2']} W2) {c['wakeups_per_s']} wake-ups/s "
+                f"{c['redis_commands_per_job']} Redis commands/job"
+                + ("" if c["paced"] else " (not paced: saturated)")
+            )
         c = r["contention"]
         lines.append(
             f"  other load: {c['other_processes_pct_of_core']}% of a core "
@@ -192,14 +220,27 @@ def run(
     duration_s: float = 10.0,
     competitor: bool = False,
     redis_rtt_ms: Sequence[float] = (),
+    topics: str | None = None,
+    quotas: str | None = None,
 ) -> dict[str, Any]:
     """Run the workloads; one result, or ``{"results": [...]}`` for several. With
-    ``redis_rtt_ms``, the worker reaches Redis through a delaying proxy: :mod:`.netlink`."""
+    ``redis_rtt_ms``, the worker reaches Redis through a delaying proxy: :mod:`.netlink`.
+    ``topics`` and ``quotas`` (``"10,100"``) are the paced workload's cases."""
     runs = netlink.plan(workload, noop) if redis_rtt_ms else plan(workload, noop)
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
+    if (topics is not None or quotas is not None) and workload != "paced":
+        raise EmqError("--topics and --quota apply to --workload paced only")
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
+        **RUNS,
+        "paced": functools.partial(
+            paced,
+            topics=parse_counts(topics, "--topics", MAX_TOPICS) if topics else TOPICS,
+            quotas=parse_counts(quotas, "--quota", MAX_QUOTA) if quotas else QUOTAS,
+        ),
+    }
     try:
-        results = uvloop.run(_main(runs, duration_s, competitor, redis_rtt_ms))
+        results = uvloop.run(_main(runs, duration_s, competitor, redis_rtt_ms, table))
     except asyncio.CancelledError:
         raise KeyboardInterrupt from None  # SIGTERM: everything was stopped on the way out
     if redis_rtt_ms:
@@ -216,7 +257,11 @@ def run(
 
 
 async def _main(
-    runs: list[str], duration_s: float, competitor: bool, rtts: Sequence[float]
+    runs: list[str],
+    duration_s: float,
+    competitor: bool,
+    rtts: Sequence[float],
+    table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]],
 ) -> list[dict[str, Any]]:
     """Run, and turn SIGTERM into cancellation so every server is stopped on the way out."""
     loop = asyncio.get_running_loop()
@@ -224,6 +269,6 @@ async def _main(
     assert task is not None
     loop.add_signal_handler(signal.SIGTERM, task.cancel)
     try:
-        return await run_async(runs, duration_s, competitor, rtts)
+        return await run_async(runs, duration_s, competitor, rtts, table)
     finally:
         loop.remove_signal_handler(signal.SIGTERM)

@@ -1,10 +1,13 @@
 // BullMQ's side of `emq bench peers` (emq/bench/peers.py runs it; see that module's docstring).
 //
-//   node peers_bullmq.mjs load  BULLMQ_DIR REDIS_URL QUEUES JOBS_PER_QUEUE SINK_BASE BODY
-//   node peers_bullmq.mjs work  BULLMQ_DIR REDIS_URL QUEUES CONCURRENCY [fetch|undici]
+//   node peers_bullmq.mjs load  BULLMQ_DIR REDIS_URL QUEUES JOBS_PER_QUEUE SINK_BASE BODY [FIRST]
+//   node peers_bullmq.mjs work  BULLMQ_DIR REDIS_URL QUEUES CONCURRENCY [fetch|undici] [LIMIT]
 //
 // load: addBulk JOBS_PER_QUEUE jobs to each of QUEUES queues (peers-0 .. peers-<QUEUES-1>), each
-//   job {url, body}: a POST of BODY to SINK_BASE/t/peers-<i>; prints {"added": N}.
+//   job {url, body}: a POST of BODY to SINK_BASE/t/peers-<i>; prints {"added": N}. With FIRST,
+//   peers-0 gets FIRST jobs instead (the paced workload's flooding tenant).
+// work with LIMIT: each Worker is rate-limited to LIMIT jobs a second (BullMQ's limiter, per
+//   queue): the paced workload of `emq bench peers --workload paced` (emq/bench/peers_paced.py).
 // work: one Worker per queue with CONCURRENCY, created with autorun off; prints "ready" and starts
 //   them when a line arrives on stdin (the benchmark starts its CPU meter in between), so that
 //   what is measured is the delivering, not Node's start-up. Runs until SIGTERM. The processor
@@ -29,13 +32,14 @@ const connection = {
 };
 const names = Array.from({ length: Number(queueCount) }, (_, i) => `peers-${i}`);
 
-async function load(perQueue, sinkBase, body) {
+async function load(perQueue, sinkBase, body, first) {
   let added = 0;
   for (const name of names) {
     const queue = new Queue(name, { connection });
     const target = `${sinkBase}/t/${name}`;
-    for (let start = 0; start < perQueue; start += 1000) {
-      const n = Math.min(1000, perQueue - start);
+    const count = name === 'peers-0' && first > 0 ? first : perQueue;
+    for (let start = 0; start < count; start += 1000) {
+      const n = Math.min(1000, count - start);
       const jobs = Array.from({ length: n }, () => ({
         name: 'push',
         data: { url: target, body },
@@ -75,10 +79,11 @@ function pushUndici() {
   };
 }
 
-async function work(concurrency, client) {
+async function work(concurrency, client, limit) {
   const push = client === 'undici' ? pushUndici() : pushFetch;
+  const limiter = limit > 0 ? { limiter: { max: limit, duration: 1000 } } : {};
   const workers = names.map(
-    (name) => new Worker(name, push, { connection, concurrency, autorun: false }),
+    (name) => new Worker(name, push, { connection, concurrency, autorun: false, ...limiter }),
   );
   const stop = async () => {
     await Promise.all(workers.map((w) => w.close(true)));
@@ -93,11 +98,11 @@ async function work(concurrency, client) {
 }
 
 if (mode === 'load') {
-  const [, , , , , sinkBase, body] = process.argv.slice(2);
-  await load(Number(arg), sinkBase, body);
+  const [, , , , , sinkBase, body, first] = process.argv.slice(2);
+  await load(Number(arg), sinkBase, body, Number(first || 0));
   process.exit(0);
 } else if (mode === 'work') {
-  await work(Number(arg), process.argv[7] || 'fetch');
+  await work(Number(arg), process.argv[7] || 'fetch', Number(process.argv[8] || 0));
 } else {
   process.stderr.write(`unknown mode ${mode}\n`);
   process.exit(2);

@@ -40,7 +40,9 @@ from emq.core.errors import EmqError
 from emq.core.model import PRIORITIES
 from worker.settings import WorkerSettings
 
-WORKLOADS = ("W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12")
+WORKLOADS = (
+    "W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12", "paced",
+)  # fmt: skip
 TARGETS: dict[str, dict[str, tuple[str, float]]] = {
     "W2": {"jobs_per_s": (">=", 10_000), "ratio": (">=", 0.75)},
     "W2-noop": {"cpu_us_per_job": ("<=", 15)},
@@ -60,6 +62,7 @@ TARGETS: dict[str, dict[str, tuple[str, float]]] = {
     "W6b": {"healthy_vs_quota": (">=", 0.95)},
     "W9": {"high_p99_ms": ("<=", 200)},  # 1/qps + 150 ms at 20 QPS (emq.bench.priority)
     "W10": {"rss_over_budget_mib": ("<=", 150)},
+    "paced": {"cpu_ratio_to_w2": ("<=", 1.5)},  # issue 32 (emq.bench.workloads_paced)
 }
 SENDERS = WorkerSettings().senders
 

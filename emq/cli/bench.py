@@ -69,6 +69,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = fanout.run()
         print(json.dumps(doc, indent=2) if args.json else fanout.summary(doc))
         return 0
+    if args.name == "peers" and args.workload == "paced":  # issue 32 (emq.bench.peers_paced)
+        from emq.bench import peers_paced
+
+        doc = peers_paced.run(args.duration_s or 10.0, say=lambda s: print(s, file=sys.stderr))
+        print(json.dumps(doc, indent=2) if args.json else peers_paced.summary(doc))
+        return 0
+    if args.name == "peers" and args.workload != "all":
+        raise EmqError(f"peers runs its own workload or --workload paced, not {args.workload!r}")
     if args.name == "peers":  # issue 14: EMQ against BullMQ (emq.bench.peers)
         from emq.bench import peers
 
@@ -125,6 +133,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             duration_s=args.duration_s,
             competitor=args.competitor,
             redis_rtt_ms=parse_rtts(args.redis_rtt_ms) if args.redis_rtt_ms else (),
+            topics=args.topics,
+            quotas=args.quota,
         )
         print(json.dumps(result, indent=2) if args.json else dispatch.summary(result))
         return 0
@@ -239,9 +249,31 @@ def add_commands(sub: Subparsers) -> None:
     )
     bench.add_argument(
         "--workload",
-        choices=["W2", "W3", "W4", "W5", "W6", "W6b", "W7", "W8", "W9", "W10", "W11", "W12", "all"],
+        choices=[
+            "W2",
+            "W3",
+            "W4",
+            "W5",
+            "W6",
+            "W6b",
+            "W7",
+            "W8",
+            "W9",
+            "W10",
+            "W11",
+            "W12",
+            "paced",
+            "all",
+        ],
         default="all",
-        help="dispatch: which worker workload (default: all)",
+        help="dispatch: which worker workload (default: all; paced is run only when named); "
+        "peers: paced compares ten tenants at quota 100, one flooding",
+    )
+    bench.add_argument(
+        "--topics", metavar="N,M", help="dispatch paced: topic counts to run (10,100,1000)"
+    )
+    bench.add_argument(
+        "--quota", metavar="Q,R", help="dispatch paced: each topic's quota to run (10,100)"
     )
     bench.add_argument(
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
