@@ -1,0 +1,433 @@
+"""``emq bench plan-accuracy``: the plan's quota dry-run against a real fleet on the same traffic.
+
+An hour of traffic history (a history directory, ``--history``, in the format workers record and
+``emq history synth`` writes; or the built-in hour of :func:`scenario`) is replayed twice at the
+same quotas:
+
+1. **predicted**: through the plan job's own quota dry-run, :func:`spark.sizing.replay` and
+   :func:`spark.sizing.replay_summary`, run on a local SparkSession (the plan job's column
+   logic itself, not a copy of its formula: a copy could agree with itself and still not be
+   what ``emq plan run`` computes). The dry-run's model: jobs arrive evenly within each interval
+   and are served FIFO at the quota.
+2. **measured**: the same arrivals sent through ``emq api`` to a fleet of ``emq worker``
+   processes (Redis, ZooKeeper, the recording loopback sink: :class:`emq.bench.rig.Rig`), see
+   :mod:`emq.bench.plan_accuracy_fleet`. The figures come from when each job was sent to the API
+   and when the sink received it, not from the workers' own counters.
+
+Per topic three figures are compared: delivered/s over the replayed hour, the backlog's peak
+and the longest delay of a job (enqueue to delivery).
+
+**Time compression** (``--compress K``, 60 by default: an hour replays in a minute). Quotas and
+rates stay as recorded; each interval of ``L`` seconds becomes ``L/K`` seconds carrying ``1/K``
+of its jobs (rounded so that the running totals stay exact, :func:`compress`). The other way,
+keeping every job and multiplying rates and quotas by ``K``, would change what is measured: the
+workers' limiter works in one-second windows that do not compress, and a quota ``K`` times
+larger is split over more groups (150 QPS each), so the fleet would run a different
+configuration from the one planned. With rates kept, delivered/s is the hour's own figure;
+backlogs (jobs) and delays (seconds) are ``1/K`` of the hour's, on both sides: the dry-run
+replays the compressed arrivals (intervals of ``L/K`` seconds), so the comparison is like for
+like (multiply both by ``K`` for the hour's scale).
+
+**Judgement** (:func:`judge`): a figure is within the target when its error is at most 10 % of
+the larger of the prediction and the figure's resolution. The history says nothing finer than
+an interval, so the resolution of a delay is one (compressed) interval and that of a backlog
+the jobs the quota serves in one interval; a delivered rate's is one job over the hour. Without
+it, a topic under its quota (predicted backlog and delay: 0) would fail on the few jobs and
+milliseconds any real delivery takes.
+
+Priorities: the history has no per-priority counts and the dry-run serves each topic as one
+FIFO, so every replayed job is ``medium``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from emq.core.errors import EmqError
+
+if TYPE_CHECKING:
+    import pandas as pd
+    from pyspark.sql import SparkSession
+
+    from emq.core.interfaces import HistoryRow
+
+DEFAULT_COMPRESS = 60.0
+HOUR_S = 3600
+TOLERANCE = 0.10
+FIGURES = ("delivered_per_s", "backlog_peak", "longest_delay_s")
+SCENARIO_INTERVAL_S = 60
+SCENARIO_START = 1_736_150_400  # 2025-01-06 08:00 UTC: any whole hour would do
+
+
+@dataclass(frozen=True, slots=True)
+class Arrivals:
+    """One topic's compressed traffic: ``counts[i]`` jobs arrive evenly within
+    ``[i * interval_s, (i + 1) * interval_s)`` seconds of the replay, served at ``qps``."""
+
+    topic: str
+    qps: int
+    interval_s: float
+    counts: tuple[int, ...]
+
+    @property
+    def duration_s(self) -> float:
+        return self.interval_s * len(self.counts)
+
+    @property
+    def jobs(self) -> int:
+        return sum(self.counts)
+
+    def times(self) -> list[float]:
+        """Each job's arrival (seconds from the replay's start): evenly spread, every job at
+        the middle of its share of the interval."""
+        out: list[float] = []
+        for i, n in enumerate(self.counts):
+            out += [(i + (j + 0.5) / n) * self.interval_s for j in range(n)]
+        return out
+
+
+# --------------------------------------------------------------------------- the traffic
+
+
+def compress(enqueued: Sequence[int], factor: float) -> tuple[int, ...]:
+    """Per interval, ``1/factor`` of its jobs, rounded on the running total (so no interval's
+    rounding is lost and the compressed total is the recorded one over ``factor``)."""
+    if factor < 1:
+        raise EmqError(f"--compress must be at least 1, not {factor:g}")
+    out, total, sent = [], 0, 0
+    for n in enqueued:
+        total += n
+        due = round(total / factor)
+        out.append(due - sent)
+        sent = due
+    return tuple(out)
+
+
+def scenario() -> list[HistoryRow]:
+    """The built-in hour (one-minute intervals, rates in jobs/s against the recorded quota):
+
+    * ``fits`` (40 QPS): 12 to 28 a second, always under its quota;
+    * ``wide`` (120 QPS): 60 to 100 a second, under its quota, a busier topic;
+    * ``burst`` (40 QPS): 25 a second, but 80 a second for minutes 15 to 19: the backlog
+      builds, then drains at 15 a second;
+    * ``over`` (30 QPS): 42 a second throughout: the backlog grows all hour.
+    """
+    from emq.core.interfaces import HistoryRow
+
+    def fits(i: int) -> float:
+        return 20 + 8 * math.sin(2 * math.pi * i / 20)
+
+    def wide(i: int) -> float:
+        return 80 + 20 * math.sin(2 * math.pi * i / 30 + 1)
+
+    def burst(i: int) -> float:
+        return 80.0 if 15 <= i < 20 else 25.0
+
+    topics: dict[str, tuple[int, Callable[[int], float]]] = {
+        "fits": (40, fits),
+        "wide": (120, wide),
+        "burst": (40, burst),
+        "over": (30, lambda i: 42.0),
+    }
+    rows = []
+    for i in range(HOUR_S // SCENARIO_INTERVAL_S):
+        for name, (qps, rate) in topics.items():
+            start = SCENARIO_START + i * SCENARIO_INTERVAL_S
+            rows.append(
+                HistoryRow(
+                    start, SCENARIO_INTERVAL_S, "online", "acme", name, "api",
+                    enqueued=round(rate(i) * SCENARIO_INTERVAL_S), quota=qps, groups=1,
+                )
+            )  # fmt: skip
+    return rows
+
+
+def arrivals_of(
+    history: pd.DataFrame,
+    factor: float,
+    quotas: Mapping[str, int],
+    start_s: int | None = None,
+    span_s: int = HOUR_S,
+) -> list[Arrivals]:
+    """The compressed arrivals of every topic in ``span_s`` seconds of ``history`` (folded: one
+    row per topic and interval) from ``start_s`` (None: its first interval). A topic's quota is
+    ``quotas[topic]`` if given, else its latest recorded one; intervals without a row have no
+    arrivals."""
+    if history.empty:
+        raise EmqError("the history has no rows")
+    interval = int(history["interval_s"].max())
+    if interval <= 0:
+        raise EmqError("the history's intervals must be longer than 0 s")
+    first = int(history["interval_start"].min()) if start_s is None else start_s
+    window = history[
+        (history["interval_start"] >= first) & (history["interval_start"] < first + span_s)
+    ]
+    if window.empty:
+        raise EmqError(f"the history has no rows from {first} to {first + span_s}")
+    unknown = sorted(set(quotas) - set(window["topic"]))
+    if unknown:
+        raise EmqError(f"--quota names topics with no traffic in the hour: {', '.join(unknown)}")
+    slots = span_s // interval
+    out = []
+    for topic, rows in window.groupby("topic", sort=True):
+        enqueued = [0] * slots
+        for start, n in zip(rows["interval_start"], rows["enqueued"], strict=True):
+            enqueued[(int(start) - first) // interval] += int(n)
+        latest = rows.sort_values("interval_start")["quota"].iloc[-1]
+        qps = int(quotas.get(str(topic), latest))
+        if qps <= 0:
+            raise EmqError(f"topic {topic} has no quota: give one with --quota {topic}=QPS")
+        out.append(Arrivals(str(topic), qps, interval / factor, compress(enqueued, factor)))
+    return out
+
+
+def read_history(spark: SparkSession, path: str) -> pd.DataFrame:
+    """A history directory as one row per topic and interval, read and folded by the plan
+    job's own reader (:func:`spark.sizing.source`)."""
+    from spark import sizing
+
+    if not Path(path).is_dir():
+        raise EmqError(f"--history: no such directory: {path}")
+    frame, _ = sizing.source(spark, path, 4)
+    return frame.select("topic", "interval_start", "interval_s", "enqueued", "quota").toPandas()
+
+
+def write_scenario(out: Path) -> Path:
+    """The built-in hour as a history directory (as ``emq history synth`` writes one)."""
+    from spark.history import write_marker, write_rows
+
+    write_rows(scenario(), out)
+    write_marker(out, source="plan-accuracy", aggregated=True)
+    return out
+
+
+# --------------------------------------------------------------------------- the dry-run
+
+
+def predict(spark: SparkSession, arrivals: Sequence[Arrivals]) -> dict[str, dict[str, float]]:
+    """The plan's quota dry-run over the compressed arrivals: per topic the delivered rate over
+    the replay (jobs in, less the backlog left at its end), the backlog's peak and the longest
+    wait (``sizing.replay_summary``'s ``max_backlog`` and ``max_wait_s``)."""
+    import pandas as pd
+
+    from spark import sizing
+
+    records = [
+        {
+            "tid": tid,
+            "interval_start": i * a.interval_s,
+            "interval_s": a.interval_s,
+            "offered": float(n),
+            "proposed_qps": a.qps,
+        }
+        for tid, a in enumerate(arrivals)
+        for i, n in enumerate(a.counts)
+    ]
+    replayed = sizing.replay(spark.createDataFrame(pd.DataFrame(records)), 0).persist()
+    try:
+        topics, _ = sizing.replay_summary(replayed)
+        rows = replayed.select("tid", "interval_start", "backlog").toPandas()
+    finally:
+        replayed.unpersist()
+    by_tid = topics.set_index("tid")
+    end = rows.sort_values("interval_start").groupby("tid")["backlog"].last()
+    out = {}
+    for tid, a in enumerate(arrivals):
+        out[a.topic] = {
+            "delivered_per_s": (a.jobs - float(end[tid])) / a.duration_s,
+            "backlog_peak": float(by_tid.loc[tid, "max_backlog"]),
+            "longest_delay_s": float(by_tid.loc[tid, "max_wait_s"]),
+        }
+    return out
+
+
+# --------------------------------------------------------------------------- the judgement
+
+
+def resolutions(a: Arrivals) -> dict[str, float]:
+    """Each figure's resolution (see the module docstring): one job over the replay, the jobs
+    the quota serves in one interval, one interval."""
+    return {
+        "delivered_per_s": 1.0 / a.duration_s,
+        "backlog_peak": a.qps * a.interval_s,
+        "longest_delay_s": a.interval_s,
+    }
+
+
+def compare(predicted: float, measured: float | None, resolution: float) -> dict[str, Any]:
+    """One figure: both values, the error against the larger of the prediction and the
+    resolution, and whether it is within :data:`TOLERANCE` (no measurement fails)."""
+    if measured is None or not math.isfinite(measured):
+        return {"predicted": round(predicted, 3), "measured": None, "error": None, "pass": False}
+    error = abs(measured - predicted) / max(abs(predicted), resolution)
+    return {
+        "predicted": round(predicted, 3),
+        "measured": round(measured, 3),
+        "error": round(error, 4),
+        "pass": error <= TOLERANCE,
+    }
+
+
+def judge(
+    arrivals: Sequence[Arrivals],
+    predicted: Mapping[str, Mapping[str, float]],
+    measured: Mapping[str, Mapping[str, float | None]],
+) -> dict[str, Any]:
+    """Per topic and figure :func:`compare`, each topic's verdict, and the summary."""
+    topics: dict[str, Any] = {}
+    for a in arrivals:
+        res = resolutions(a)
+        figures = {
+            name: compare(predicted[a.topic][name], measured.get(a.topic, {}).get(name), res[name])
+            for name in FIGURES
+        }
+        topics[a.topic] = {
+            "qps": a.qps,
+            "jobs": a.jobs,
+            "offered_per_s": round(a.jobs / a.duration_s, 3),
+            **figures,
+            "pass": all(f["pass"] for f in figures.values()),
+            # What the fleet delivered while a second of the quota waited, as a share of the
+            # quota: the dry-run serves a backlog at exactly 1 (None: no such backlog).
+            "backlogged_share": measured.get(a.topic, {}).get("backlogged_share"),
+        }
+    worst = {
+        name: max((t[name]["error"] for t in topics.values() if t[name]["error"] is not None),
+                  default=None)
+        for name in FIGURES
+    }  # fmt: skip
+    failed = sorted(name for name, t in topics.items() if not t["pass"])
+    return {
+        "topics": topics,
+        "summary": {
+            "tolerance": TOLERANCE,
+            "topics": len(topics),
+            "within": len(topics) - len(failed),
+            "failed": failed,
+            "worst_error": worst,
+            "pass": not failed,
+        },
+    }
+
+
+# --------------------------------------------------------------------------- the command
+
+
+def add_arguments(bench: argparse.ArgumentParser) -> None:
+    """The bench's own flags on ``emq bench``."""
+    bench.add_argument(
+        "--history", metavar="DIR", help="plan-accuracy: a history directory to replay an hour "
+        "of (default: the built-in hour)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--compress", type=float, default=DEFAULT_COMPRESS,
+        help="plan-accuracy: time compression (60: an hour replays in a minute)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--quota", action="append", default=[], metavar="TOPIC=QPS",
+        help="plan-accuracy: the quota to replay a topic at (default: its recorded one)",
+    )  # fmt: skip
+    bench.add_argument(
+        "--start", type=int, default=None, metavar="EPOCH_S",
+        help="plan-accuracy: where the hour starts (default: the history's first interval)",
+    )  # fmt: skip
+
+
+def parse_quotas(items: Iterable[str]) -> dict[str, int]:
+    """``TOPIC=QPS`` pairs; a bad one is one :class:`EmqError` line."""
+    out = {}
+    for item in items:
+        topic, sep, qps = item.partition("=")
+        if not sep or not topic or not qps.isdigit() or int(qps) <= 0:
+            raise EmqError(f"--quota takes TOPIC=QPS with a positive whole QPS, not {item!r}")
+        out[topic] = int(qps)
+    return out
+
+
+def check_arguments(compress_by: float, quotas: Iterable[str], history: str | None) -> None:
+    """Everything that can be refused before a server or Spark starts."""
+    if not math.isfinite(compress_by) or compress_by < 1 or compress_by > HOUR_S:
+        raise EmqError(f"--compress must be from 1 to {HOUR_S}, not {compress_by:g}")
+    parse_quotas(quotas)
+    if history is not None and not Path(history).is_dir():
+        raise EmqError(f"--history: no such directory: {history}")
+
+
+def run_cli(args: argparse.Namespace, say: Callable[[str], None]) -> dict[str, Any]:
+    """``emq bench plan-accuracy``: the arguments checked, then :func:`run`."""
+    check_arguments(args.compress, args.quota, args.history)
+    return run(args.history, args.compress, parse_quotas(args.quota), args.start, say=say)
+
+
+def run(
+    history: str | None,
+    factor: float = DEFAULT_COMPRESS,
+    quotas: Mapping[str, int] | None = None,
+    start_s: int | None = None,
+    *,
+    span_s: int = HOUR_S,
+    workers: int = 2,
+    say: Callable[[str], None] = lambda _: None,
+) -> dict[str, Any]:
+    """Predict (Spark), measure (the fleet), judge; the JSON document."""
+    import tempfile
+
+    import uvloop
+
+    from emq.bench import plan_accuracy_fleet
+    from emq.bench.machine import describe
+    from spark.session import spark_session
+
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="emq-plan-accuracy-") as tmp:
+        path = history or str(write_scenario(Path(tmp) / "history"))
+        say("plan-accuracy: starting Spark for the dry-run...")
+        with spark_session("emq-plan-accuracy", None, "2g") as spark:
+            arrivals = arrivals_of(read_history(spark, path), factor, quotas or {}, start_s, span_s)
+            predicted = predict(spark, arrivals)
+        say(f"plan-accuracy: dry-run done; replaying {sum(a.jobs for a in arrivals)} jobs over "
+            f"{arrivals[0].duration_s:g} s through the fleet...")  # fmt: skip
+        measured, detail = uvloop.run(plan_accuracy_fleet.replay(Path(tmp), arrivals, workers))
+    doc = judge(arrivals, predicted, measured)
+    return {
+        "bench": "plan-accuracy",
+        "date": time.strftime("%Y-%m-%d", time.gmtime()),
+        "machine": describe(),
+        "history": history or "built-in hour (emq.bench.plan_accuracy.scenario)",
+        "compress": factor,
+        "replay_s": round(arrivals[0].duration_s, 3),
+        "interval_s": round(arrivals[0].interval_s, 3),
+        "dry_run": "spark.sizing.replay + replay_summary on a local SparkSession",
+        **doc,
+        "fleet": detail,
+        "seconds": round(time.monotonic() - started, 1),
+    }
+
+
+def summary(doc: dict[str, Any]) -> str:
+    """One row per topic and figure: predicted, measured, error, within the target."""
+    lines = [
+        f"plan-accuracy: {doc['history']}, compressed {doc['compress']:g}x "
+        f"({doc['replay_s']:g} s replayed; backlogs and delays on that scale)",
+        "| topic | qps | figure | predicted | measured | error | within 10 % |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for topic, t in doc["topics"].items():
+        for name in FIGURES:
+            f = t[name]
+            error = "-" if f["error"] is None else f"{100 * f['error']:.1f} %"
+            met = "yes" if f["pass"] else "**no**"
+            lines.append(
+                f"| {topic} | {t['qps']} | {name} | {f['predicted']} | {f['measured']} | "
+                f"{error} | {met} |"
+            )
+    s = doc["summary"]
+    lines.append(f"{s['within']}/{s['topics']} topics within 10 % on every figure"
+                 + (f"; not: {', '.join(s['failed'])}" if s["failed"] else ""))  # fmt: skip
+    return "\n".join(lines)
