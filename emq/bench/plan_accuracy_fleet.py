@@ -18,7 +18,7 @@ from __future__ import annotations
 import asyncio
 import bisect
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -145,9 +145,10 @@ class Replayer:
 
 
 async def replay(
-    tmp: Path, arrivals: Sequence[Arrivals], workers: int = 2
+    tmp: Path, arrivals: Sequence[Arrivals], workers: int = 2, first: Awaitable[Any] | None = None
 ) -> tuple[dict[str, dict[str, float | None]], dict[str, Any]]:
-    """Run the arrivals through a fresh fleet; the measured figures and the run's detail."""
+    """Run the arrivals through a fresh fleet (once it delivers, and ``first`` is done: the
+    replay's clock starts after both); the measured figures and the run's detail."""
     async with Rig.running(tmp / "rig") as rig:
         base = await rig.api()
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
@@ -161,6 +162,8 @@ async def replay(
             if not set(warm) <= promises.delivered_ids(await rig.deliveries()):
                 raise EmqError("the fleet did not deliver the warm-up jobs within 60 s")
             r.sent.clear()
+            if first is not None:
+                await first  # (a dry-run that failed ends the run before the replay)
             started = time.monotonic()
             t0 = await r.replay(arrivals)
             sending_s = time.monotonic() - started
