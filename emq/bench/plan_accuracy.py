@@ -396,6 +396,7 @@ def run(
     import tempfile
 
     import uvloop
+    from pyspark.sql import SparkSession
 
     from emq.bench import plan_accuracy_fleet
     from emq.bench.machine import describe
@@ -403,10 +404,16 @@ def run(
 
     started = time.monotonic()
     timings: dict[str, float] = {}
+    # A session already running (a test's) is found here: SparkSession's active session is
+    # per thread, and the dry-run's thread would otherwise start one of its own and stop it.
+    active = SparkSession.getActiveSession()
 
     def dry_run() -> dict[str, dict[str, float]]:
-        with spark_session("emq-plan-accuracy", None, "2g") as spark:
-            predicted = predict(spark, arrivals)
+        if active is not None:
+            predicted = predict(active, arrivals)
+        else:
+            with spark_session("emq-plan-accuracy", None, "2g") as spark:
+                predicted = predict(spark, arrivals)
         timings["dry_run_s"] = time.monotonic() - started
         return predicted
 
@@ -435,6 +442,7 @@ def run(
         "interval_s": round(arrivals[0].interval_s, 3),
         "dry_run": "spark.sizing.replay on a local SparkSession",
         **doc,
+        "loadavg_1m": sorted(detail["loadavg_1m"]),
         "fleet": detail,
         "dry_run_s": round(timings["dry_run_s"], 1),  # Spark's start included
         "seconds": round(time.monotonic() - started, 1),
@@ -443,9 +451,12 @@ def run(
 
 def summary(doc: dict[str, Any]) -> str:
     """One row per topic and figure: predicted, measured, error, within the target."""
+    low, high = doc["loadavg_1m"]
     lines = [
         f"plan-accuracy: {doc['history']}, compressed {doc['compress']:g}x "
-        f"({doc['replay_s']:g} s replayed; backlogs and delays on that scale)",
+        f"({doc['replay_s']:g} s replayed; backlogs and delays on that scale); load average "
+        f"{low:g} to {high:g} while the fleet ran",
+        "",
         "| topic | qps | figure | predicted | measured | error | within 10 % |",
         "|---|---|---|---|---|---|---|",
     ]

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import os
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
@@ -164,8 +165,10 @@ async def replay(
             r.sent.clear()
             if first is not None:
                 await first  # (a dry-run that failed ends the run before the replay)
+            loads = [os.getloadavg()[0]]
             started = time.monotonic()
             t0 = await r.replay(arrivals)
+            loads.append(os.getloadavg()[0])
             sending_s = time.monotonic() - started
             longest = max(a.jobs / a.qps for a in arrivals)  # at most: all of it queued at once
             waited = await rig.wait_delivered(set(r.sent), longest + DRAIN_GRACE_S)
@@ -182,5 +185,8 @@ async def replay(
         "jobs_refused": r.refused,
         "sending_s": round(sending_s, 2),
         "drain_wait_s": round(waited, 2),
+        # The 1-minute load average as the replay started and as its sending ended: the
+        # fleet's figures are those of a machine this busy.
+        "loadavg_1m": [round(x, 2) for x in loads],
     }
     return measure(arrivals, r.sent, received, t0), detail

@@ -46,6 +46,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         from emq.bench import plan_accuracy
 
         doc = plan_accuracy.run_cli(args, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else plan_accuracy.summary(doc))
         return 0 if doc["summary"]["pass"] else 1
     if args.name == "replay":
@@ -252,7 +254,9 @@ def add_commands(sub: Subparsers) -> None:
         "--noop", action="store_true", help="dispatch W2: deliver nothing, measure CPU per job"
     )
     bench.add_argument(
-        "--out", metavar="FILE", help="all, faults, promises: also write the JSON document to FILE"
+        "--out",
+        metavar="FILE",
+        help="all, faults, promises, plan-accuracy: also write the JSON document to FILE",
     )
     bench.add_argument(
         "--durability",
