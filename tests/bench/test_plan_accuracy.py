@@ -155,3 +155,24 @@ def test_every_bad_value_is_refused_before_anything_starts(
     with pytest.raises(EmqError):
         check_arguments(compress_by, quotas, None)
     assert parse_quotas(["fits=40", "over=30"]) == {"fits": 40, "over": 30}
+
+
+@pytest.mark.parametrize("qps", [30, 40, 120])
+def test_the_workers_pacing_serves_a_backlog_at_the_dry_runs_rate(qps: int) -> None:
+    # The dry-run serves a backlog at exactly the quota. The workers' own counter (the lean
+    # client's SpareLaneLog over its grant window), asked again exactly when it says a grant
+    # frees, grants that much: within its first burst (1 + 3 % of the quota) over a minute.
+    from worker.groups import SpareLaneLog, grant_window_s
+    from worker.http1.pusher import LeanPusher
+
+    counter = SpareLaneLog(qps, window_s=grant_window_s(LeanPusher.write_margin_s))
+    now, granted = 1000.0, 0
+    while now < 1060.0:
+        wait = counter.wait_s(now)
+        if wait > 0:
+            now += max(wait, 1e-6)
+            continue
+        got = counter.reserve(10_000, now)
+        granted += got
+        now += 0 if got else 1e-4
+    assert qps * 60 <= granted <= qps * 60 + counter.burst
