@@ -11,7 +11,9 @@ A page asks for generated Markdown with a marker on a line of its own,
   ``emq/core/settings.py`` and each section's ``settings.py``) with its variable, type, default
   and range, beside its meaning from ``docs/data/settings.yml``;
 * ``bench``: the figures of ``docs/data/bench.json`` (what ``emq bench all --json --out FILE``
-  writes), each beside its target and the command that reproduces it.
+  writes), each beside its target and the command that reproduces it;
+* ``plan-accuracy``: the figures of ``docs/data/plan-accuracy.json`` (what ``emq bench
+  plan-accuracy --json --out FILE`` writes).
 
 So none of these is written by hand, and none can drift from the code: a setting declared
 without a meaning in ``settings.yml``, or a meaning of a setting that no longer exists, fails
@@ -370,4 +372,25 @@ def _reproduce(part: str, doc: dict[str, Any]) -> str:
     return f"emq bench {part} --json"
 
 
-GENERATORS = {"http-api": http_api, "cli": cli, "settings": settings, "bench": bench}
+PLAN_ACCURACY_FILE = DOCS / "data" / "plan-accuracy.json"
+
+
+def plan_accuracy() -> str:
+    """The figures of ``docs/data/plan-accuracy.json`` (``emq bench plan-accuracy --json --out
+    FILE``): the bench's own table, with its machine and date."""
+    from emq.bench.plan_accuracy import summary
+
+    doc = json.loads(PLAN_ACCURACY_FILE.read_text(encoding="utf-8"))
+    m = doc["machine"]
+    shown = {k: v for k, v in m.items() if v != "" and k != "date"}
+    machine = ", ".join(f"{k.replace('_', ' ')} {_cell(v)}" for k, v in shown.items())
+    return f"Run of {doc['date']}; the machine: {machine}.\n\n" + summary(doc)
+
+
+GENERATORS = {
+    "http-api": http_api,
+    "cli": cli,
+    "settings": settings,
+    "bench": bench,
+    "plan-accuracy": plan_accuracy,
+}

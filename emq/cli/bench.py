@@ -42,6 +42,14 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
         doc = regroup.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
         print(json.dumps(doc, indent=2) if args.json else regroup.summary(doc))
         return 0 if doc["ok"] else 1
+    if args.name == "plan-accuracy":  # issue 31: the dry-run against a fleet
+        from emq.bench import plan_accuracy
+
+        doc = plan_accuracy.run_cli(args, say=lambda s: print(s, file=sys.stderr))
+        if args.out:
+            Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
+        print(json.dumps(doc, indent=2) if args.json else plan_accuracy.summary(doc))
+        return 0 if doc["summary"]["pass"] else 1
     if args.name == "replay":
         from emq.bench import replay
 
@@ -205,6 +213,7 @@ def add_commands(sub: Subparsers) -> None:
             "faults",
             "promises",
             "regroup",
+            "plan-accuracy",
             "replay",
             "endpoints",
             "push-clients",
@@ -285,7 +294,9 @@ def add_commands(sub: Subparsers) -> None:
         "and at each round-trip time given (e.g. 0.5,2); --workload all means W2, W3, W5",
     )
     bench.add_argument(
-        "--out", metavar="FILE", help="all, faults, promises: also write the JSON document to FILE"
+        "--out",
+        metavar="FILE",
+        help="all, faults, promises, plan-accuracy: also write the JSON document to FILE",
     )
     bench.add_argument(
         "--durability",
@@ -311,5 +322,8 @@ def add_commands(sub: Subparsers) -> None:
     bench.add_argument(
         "--rate", type=float, default=None, help="replay: the replay's rate (5%% of --qps)"
     )
+    from emq.bench.plan_accuracy import add_arguments as plan_accuracy_arguments
+
+    plan_accuracy_arguments(bench)
     _json_flag(bench)
     bench.set_defaults(func=cmd_bench)
