@@ -411,7 +411,7 @@ def add_arguments(apply: argparse.ArgumentParser) -> None:
         "rollout with a canary",
         "Apply to a canary share of the changed topics, watch their signals, then roll out "
         "the rest in steps, or roll everything back by itself when a signal passes its "
-        "threshold (exit 4). See docs/guides/capacity-planning.md, 'Rolling out a plan'.",
+        "threshold (exit 4). See docs/guides/capacity-planner.md, 'Rolling out a plan'.",
     )
     g.add_argument("--canary", metavar="PCT", help="share of the changed topics first, e.g. 10%%")
     g.add_argument("--watch", metavar="DURATION", help="how long each step is watched, e.g. 5m")
