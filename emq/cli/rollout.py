@@ -73,6 +73,7 @@ class Rollout:
     id: str = ""
     applied: list[Change] = field(default_factory=list)
     verdicts: dict[str, list[Breach]] = field(default_factory=dict)
+    signals: dict[str, dict[str, float]] = field(default_factory=dict)  # at each judgement
     state: str = "running"
     why: str = ""
 
@@ -325,7 +326,7 @@ async def _judge(
         ro.verdicts[c.name] = breaches
         status = _status(c, "breached" if breaches else "healthy")
         status["breaches"] = [_breach(b) for b in breaches]
-        status["signals"] = _figures(after)
+        status["signals"] = ro.signals[c.name] = _figures(after)
         updates.append(status)
         if breaches and not ro.why:
             ro.why = reason(c.name, breaches)
@@ -393,6 +394,7 @@ def _report(ro: Rollout, as_json: bool) -> int:
                 "steps": [[c.name for c in s] for s in ro.steps],
                 "applied": [c.name for c in ro.applied],
                 "breaches": {k: [_breach(b) for b in v] for k, v in ro.verdicts.items() if v},
+                "signals": ro.signals,
             }
         )
     if ro.state == "done":
