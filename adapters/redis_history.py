@@ -100,7 +100,7 @@ class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
         """Seeks by entry id (the time a row was written, never before its interval's start)."""
         with translated("reading history"):
             entries = await self._client.xrange(self._key, min=f"{since_s * 1000}", max="+")
-        rows = [_decode(fields or {}) for _, fields in entries]
+        rows = [_decode(fields or {}) for _, fields in entries or []]
         return [r for r in rows if r.interval_start >= since_s]
 
     async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:

@@ -344,10 +344,11 @@ async def _roll_back(settings: Settings, token: str, ro: Rollout, bar: Any) -> N
         updates, failed = [], 0
         for c in ro.applied:
             try:
-                await client.set_quota(c.tenant, c.topic, c.before["qps"], namespace=c.namespace)
+                qps = int(c.before["qps"] or c.current_qps or 0)
+                await client.set_quota(c.tenant, c.topic, qps, namespace=c.namespace)
             except EmqError as e:
                 failed += 1
-                bar.note(f"{c.name}: not set back to {c.before['qps']} ({e})")
+                bar.note(f"{c.name}: not set back to {qps} ({e})")
                 updates.append(_status(c, "rollback-failed"))
             else:
                 updates.append(_status(c, "rolled-back"))

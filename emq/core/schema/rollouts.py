@@ -5,7 +5,7 @@ Part of :mod:`emq.core.schema`; the OpenAPI document takes them from the route t
 
 from __future__ import annotations
 
-from typing import Annotated, Literal
+from typing import Annotated, Literal, get_args
 
 from pydantic import Field
 
@@ -21,7 +21,8 @@ State = Literal["running", "done", "rolled-back", "failed", "abandoned"]
 TopicStatus = Literal[
     "pending", "applied", "watching", "healthy", "breached", "rolled-back", "rollback-failed"
 ]
-assert set(State.__args__) == set(STATES) and set(TopicStatus.__args__) == set(TOPIC_STATUSES)
+assert set(get_args(State)) == set(STATES)
+assert set(get_args(TopicStatus)) == set(TOPIC_STATUSES)
 
 
 class Breach(Body):
