@@ -131,10 +131,14 @@ def cmd_rollout(
     token = args.token or settings.admin_token
     ro = uvloop.run(_prepare(settings, token, args, changes, opts))
     if ro is None:
-        print("nothing to roll out: every planned quota is live already")
+        if args.json:
+            print_json({"rollout": None, "state": "unchanged", "steps": []})
+        print("nothing to roll out: every planned quota is live already", file=sys.stderr)
         return 0
     _show(ro, opts, args.json)
     if args.dry_run:
+        if args.json:
+            print_json({"rollout": None, "state": "dry-run", "steps": _names(ro)})
         print("dry run: nothing applied", file=sys.stderr)
         return 0
     if not opts.yes:
@@ -356,6 +360,10 @@ async def _roll_back(settings: Settings, token: str, ro: Rollout, bar: Any) -> N
         await _patch(client, ro, state=ro.state, phase="rolled back", reason=ro.why, topics=updates)
 
 
+def _names(ro: Rollout) -> list[list[str]]:
+    return [[c.name for c in step] for step in ro.steps]
+
+
 def _status(c: Change, status: str) -> dict[str, Any]:
     return {"name": c.name, "status": status}
 
@@ -392,7 +400,7 @@ def _report(ro: Rollout, as_json: bool) -> int:
                 "rollout": ro.id,
                 "state": ro.state,
                 "reason": ro.why,
-                "steps": [[c.name for c in s] for s in ro.steps],
+                "steps": _names(ro),
                 "applied": [c.name for c in ro.applied],
                 "breaches": {k: [_breach(b) for b in v] for k, v in ro.verdicts.items() if v},
                 "signals": ro.signals,

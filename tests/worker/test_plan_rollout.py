@@ -74,7 +74,12 @@ async def emq(env: dict[str, str], *argv: str) -> tuple[int, str, str]:
         sys.executable, "-m", "emq", *argv, env=env, stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
     )  # fmt: skip
-    out, err = await proc.communicate()
+    try:
+        out, err = await asyncio.wait_for(proc.communicate(), 60)
+    except TimeoutError:  # say where it was, then fail
+        proc.kill()
+        out, err = await proc.communicate()
+        raise AssertionError(f"emq {argv} still running after 60 s: {out!r} {err!r}") from None
     return proc.returncode or 0, out.decode(), err.decode()
 
 
@@ -123,7 +128,7 @@ async def test_a_healthy_canary_rolls_out_and_a_sick_one_rolls_back(
     async with api_process(settings, tmp_path) as url:
         env = env_of(settings, url)
         sending = asyncio.ensure_future(traffic(stack, sink, rates))
-        await asyncio.sleep(2.5)  # a baseline: two history intervals of steady delivery
+        await asyncio.sleep(1.5)  # a baseline: a history interval of steady delivery
         raised = {(t, n): 30 for t, ns in HEALTHY.items() for n in ns}
         healthy = plan_file(tmp_path / "a.json", raised)
         sick = plan_file(tmp_path / "b.json", {("acme", "sick"): 1, ("beta", "spare"): 30})
