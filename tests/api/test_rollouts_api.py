@@ -4,6 +4,7 @@ intervals asked; bad input is one 4xx naming the field and stores nothing."""
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -152,3 +153,14 @@ async def test_bad_signal_queries(
     http, _, _ = world
     error = (await call(http, "GET", "/v1/rollouts/signals", status, params=query))["error"]
     assert error.get("field") == field
+
+
+async def test_a_rollout_whose_cli_stopped_beating_reads_abandoned(world: Any) -> None:
+    http, _, _ = world
+    ro = await call(http, "POST", "/v1/rollouts", 201, json=started() | {"heartbeat_s": 0.1})
+    path = f"/v1/rollouts/{ro['id']}"
+    await call(http, "PATCH", path, 200, json={"phase": "canary: watching"})  # a beat
+    await asyncio.sleep(0.4)  # more than 3 heartbeats without one
+    shown = await call(http, "GET", "/v1/rollouts/latest", 200)
+    assert shown["state"] == "abandoned" and "no heartbeat for" in shown["reason"]
+    assert shown["phase"] == "canary: watching"
