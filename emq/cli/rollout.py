@@ -300,7 +300,8 @@ async def _step(
     while (left := end - time.time()) > 0:
         bar.watch(phase, o.watch_s, max(0.0, left))
         await asyncio.sleep(min(HEARTBEAT_S, left))
-        await _patch(client, ro, phase=f"{phase}: watching, {max(0.0, left):.0f} s left")
+        left = max(0.0, end - time.time())
+        await _patch(client, ro, phase=f"{phase}: watching, {left:.0f} s left")  # and a beat
     now = (await signals(client, step, applied_at, time.time()))["topics"]
     return await _judge(client, ro, o, step, base, now, bar)
 
