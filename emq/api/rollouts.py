@@ -182,7 +182,8 @@ class Rollouts:
 
     async def _rows(self, since: float) -> list[HistoryRow]:
         assert self.api.history is not None
-        return await self.api.history.recent(int(since) - 3600)  # rows of intervals begun before
+        # Rows are written after their interval ends: an hour back covers any interval length.
+        return await self.api.history.recent(max(0, int(since) - 3600))
 
     async def _queued(self, topics: Sequence[Topic], now: float) -> tuple[list[int], list[float]]:
         groups = [t.group_refs() for t in topics]
