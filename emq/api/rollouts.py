@@ -182,8 +182,7 @@ class Rollouts:
 
     async def _rows(self, since: float) -> list[HistoryRow]:
         assert self.api.history is not None
-        # Rows are written after their interval ends: an hour back covers any interval length.
-        return await self.api.history.recent(max(0, int(since) - 3600))
+        return await self.api.history.recent(max(0, int(since)))
 
     async def _queued(self, topics: Sequence[Topic], now: float) -> tuple[list[int], list[float]]:
         groups = [t.group_refs() for t in topics]
