@@ -39,7 +39,7 @@ from emq.core import schema
 from emq.core.errors import ConfigConflict, InvalidInput, NotFound
 from emq.core.interfaces import HistoryRow
 from emq.core.model import Namespace, Topic, TopicRef, validate_name
-from emq.core.rollouts import ID_PATTERN, RolloutStore, merged, shown
+from emq.core.rollouts import ID_PATTERN, ID_RE, RolloutStore, merged, shown
 from emq.core.schema.rollouts import (
     MAX_SIGNAL_TOPICS,
     RolloutIn,
@@ -52,6 +52,7 @@ if TYPE_CHECKING:
 
 PATH = "/v1/rollouts"
 ONE = PATH + "/{rollout}"
+ONE_ROUTED = PATH + "/{rollout:" + ID_RE + "}"  # so /latest and /signals are never ids
 LATEST = PATH + "/latest"
 SIGNALS = PATH + "/signals"
 # A history row is written just after its interval ends: an interval that ended less than
@@ -283,7 +284,7 @@ def add_routes(app: web.Application, api: Api, store: RolloutStore | None) -> No
             web.post(PATH, routes.start),
             web.get(LATEST, routes.latest),
             web.get(SIGNALS, routes.signals),
-            web.get(ONE, routes.show),
-            web.patch(ONE, routes.patch),
+            web.get(ONE_ROUTED, routes.show),
+            web.patch(ONE_ROUTED, routes.patch),
         ]
     )

@@ -22,7 +22,6 @@ A CLI killed meanwhile stops beating: the API then answers the rollout as ``aban
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 import time
 from dataclasses import dataclass, field
@@ -50,7 +49,6 @@ if TYPE_CHECKING:
 
 EXIT_ROLLED_BACK = 4
 HEARTBEAT_S = 2.0
-SIGNAL_BATCH = 50  # topics per signals request: its query string stays well under 8 KiB
 INTERVAL_SETTINGS = "EMQ_WORKER_HISTORY_INTERVAL_S / EMQ_API_HISTORY_INTERVAL_S"
 
 
@@ -195,9 +193,11 @@ async def signals(
     client: Client, topics: list[Change], since: float, until: float
 ) -> dict[str, Any]:
     """``GET /v1/rollouts/signals`` for ``topics`` (in batches); by name, and ``interval_s``."""
+    from emq.core.schema.rollouts import MAX_SIGNAL_TOPICS  # (pydantic: not for emq --help)
+
     out: dict[str, Any] = {"interval_s": 0.0, "topics": {}}
-    for i in range(0, len(topics), SIGNAL_BATCH):
-        names = ",".join(c.name for c in topics[i : i + SIGNAL_BATCH])
+    for i in range(0, len(topics), MAX_SIGNAL_TOPICS):
+        names = ",".join(c.name for c in topics[i : i + MAX_SIGNAL_TOPICS])
         query = {"topics": names, "since": f"{since:.3f}", "until": f"{until:.3f}"}
         body = await client.request("GET", "v1/rollouts/signals", query=query)
         assert isinstance(body, dict)
@@ -284,6 +284,8 @@ async def _step(
     client: Client, ro: Rollout, o: Options, i: int, step: list[Change], phase: str, bar: Any
 ) -> bool:
     """Baseline, apply, watch and judge one step; False when a topic breached."""
+    import asyncio  # here, not with the parser (emq --help need not load it)
+
     from emq.cli.capacity import _apply
 
     t0 = time.time()

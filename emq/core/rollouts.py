@@ -27,7 +27,8 @@ TOPIC_STATUSES = (
 )  # fmt: skip
 STALE_BEATS = 3  # a running rollout not updated for this many heartbeats is abandoned
 RETENTION_S = 7 * 86_400
-ID_PATTERN = r"^ro_[0-9]{1,15}_[0-9a-f]{6}$"
+ID_RE = r"ro_[0-9]{1,15}_[0-9a-f]{6}"
+ID_PATTERN = f"^{ID_RE}$"
 
 
 def shown(rollout: dict[str, Any], now: float) -> dict[str, Any]:

@@ -144,7 +144,8 @@ async def test_signals_count_the_complete_intervals_asked(world: Any) -> None:
         ({"topics": "acme/orders", "since": 1}, 422, "topics"),
         ({"topics": "online/acme/orders"}, 422, "since"),
         ({"topics": "online/acme/orders", "since": -1}, 422, "since"),
-        ({"topics": ",".join(["online/acme/orders"] * 201), "since": 1}, 422, "topics"),
+        ({"topics": ",".join(["online/acme/orders"] * 41), "since": 1}, 422, "topics"),
+        ({"topics": "online/acme/orders,", "since": 1}, 422, "topics"),
     ],
 )
 async def test_bad_signal_queries(
