@@ -471,8 +471,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})
     if route.query is not None:
         props = components[route.query.__name__]["properties"]
+        required = set(components[route.query.__name__].get("required", ()))
         params += [
-            {"name": name, "in": "query", "required": False, "schema": _plain(prop)}
+            {"name": name, "in": "query", "required": name in required, "schema": _plain(prop)}
             for name, prop in props.items()
         ]
     return params
