@@ -96,6 +96,13 @@ class RedisHistoryStore(OwnedClient, HistoryStore, LatencyBoard):
             if len(entries) < batch:
                 return
 
+    async def recent(self, since_s: int) -> list[HistoryRow]:
+        """Seeks by entry id (the time a row was written, never before its interval's start)."""
+        with translated("reading history"):
+            entries = await self._client.xrange(self._key, min=f"{since_s * 1000}", max="+")
+        rows = [_decode(fields or {}) for _, fields in entries or []]
+        return [r for r in rows if r.interval_start >= since_s]
+
     async def publish_rates(self, source: str, rates: Mapping[str, float]) -> None:
         if not rates:
             return

@@ -34,6 +34,7 @@ from emq.core.jobs import JobStore
 from emq.core.model import Namespace
 from emq.core.naming import RedisKeys
 from emq.core.plans import PlanStore
+from emq.core.rollouts import RolloutStore
 from emq.core.settings import Durability, Settings
 from emq.core.signals import SignalRoutes
 
@@ -177,6 +178,15 @@ def open_plans(settings: Settings) -> PlanStore:
         else aioredis.Redis.from_url(settings.redis_url, **options)
     )
     return RedisPlanStore(client, RedisKeys(settings.redis_key_prefix), owns_client=True)
+
+
+def open_rollouts(settings: Settings) -> RolloutStore:
+    """Plan rollouts (``/v1/rollouts``: what ``emq plan apply --canary`` is doing)."""
+    from adapters.redis_rollouts import RedisRolloutStore
+
+    return RedisRolloutStore(
+        _own_redis(settings), RedisKeys(settings.redis_key_prefix), owns_client=True
+    )
 
 
 def open_changes(settings: Settings) -> RedisChangeLog:

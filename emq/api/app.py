@@ -22,6 +22,7 @@ POST       .../topics/{topic}/events, GET .../events/{id}     tenant or admin
 POST       /v1/plans (store a capacity plan, emq.api.plans)   admin
 GET        /v1/plans/latest (its figures, the dry-run diff)   admin
 GET/POST   /v1/changes[/{change}[/revert]] (emq.api.changes)  admin
+*          /v1/rollouts[/{rollout}|latest|signals] (emq.api.rollouts) admin
 GET        /ui (the web console's static files, emq.api.ui)   anyone
 GET        /healthz, /metrics, /openapi.json                  anyone
 =========  =================================================  ===============
@@ -55,6 +56,7 @@ from emq.api import (
     jsonbody,
     plans,
     replay,
+    rollouts,
     subscriptions,
     transactions,
     ui,
@@ -106,6 +108,7 @@ from emq.core.model import (
 from emq.core.outbound import check_text
 from emq.core.plans import PlanStore
 from emq.core.replays import ReplayStore
+from emq.core.rollouts import RolloutStore
 from emq.core.schedules import ScheduleStore
 from emq.core.settings import Settings
 from emq.core.subscriptions import SubscriptionStore
@@ -485,6 +488,7 @@ def make_app(
     transaction_store: TransactionStore | None = None,
     schedules: ScheduleStore | None = None,
     changes: ChangeLog | None = None,
+    rollout_store: RolloutStore | None = None,
 ) -> web.Application:
     """The aiohttp application; the caller owns the backends and closes them."""
     metrics = ApiMetrics()
@@ -529,4 +533,5 @@ def make_app(
         app.cleanup_ctx.append(transactions.runner_context(handlers, transaction_store))
     schedule_routes.add_routes(app, handlers, schedules)
     add_change_routes(app, handlers, handlers.recorder)
+    rollouts.add_routes(app, handlers, rollout_store)
     return app

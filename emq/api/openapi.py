@@ -22,6 +22,7 @@ from emq import __version__
 from emq.api import answers, events_doc, plan_answers, replay, transactions, ui
 from emq.api import attempts as attempt_routes
 from emq.api import changes as change_routes
+from emq.api import rollouts as rollout_routes
 from emq.api import schedules as schedule_api
 from emq.core import plan_schema, schema
 from emq.core.replays import REPLAY_ID_PATTERN
@@ -394,6 +395,7 @@ ROUTES = (
 
 ROUTES += events_doc.routes(Route)  # subscriptions and events (emq.api.events_doc)
 ROUTES += change_routes.openapi_routes(Route)  # the change log (emq.api.changes)
+ROUTES += rollout_routes.openapi_routes(Route)  # plan rollouts (emq.api.rollouts)
 
 
 # The console's routes (emq.api.ui) answer files, not JSON: their content types.
@@ -460,6 +462,7 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
         params.append({"name": "replay", "in": "path", "required": True, "schema": replay_id})
     params += events_doc.path_parameters(route.path)
     params += change_routes.path_parameters(route.path)
+    params += rollout_routes.path_parameters(route.path)
     if "{schedule}" in route.path:
         named = {"name": "schedule", "in": "path", "required": True, "schema": _name_schema()}
         params.append(named)
@@ -468,8 +471,9 @@ def _parameters(route: Route, components: dict[str, Any]) -> list[dict[str, Any]
         params.append({"name": "name", "in": "path", "required": True, "schema": schema_})
     if route.query is not None:
         props = components[route.query.__name__]["properties"]
+        required = set(components[route.query.__name__].get("required", ()))
         params += [
-            {"name": name, "in": "query", "required": False, "schema": _plain(prop)}
+            {"name": name, "in": "query", "required": name in required, "schema": _plain(prop)}
             for name, prop in props.items()
         ]
     return params

@@ -43,6 +43,7 @@ from emq.compose import (
     open_plans,
     open_queues,
     open_replays,
+    open_rollouts,
     open_schedules,
     open_signal_routes,
     open_subscriptions,
@@ -205,6 +206,7 @@ async def serve(
     board = open_endpoint_board(settings)
     plans = open_plans(settings)
     changes = open_changes(settings)
+    rollout_store = open_rollouts(settings)
     subscriptions = open_subscriptions(settings)
     schedules = open_schedules(settings)
     app = make_app(
@@ -222,6 +224,7 @@ async def serve(
         transaction_store=transaction_store,
         schedules=schedules,
         changes=changes,
+        rollout_store=rollout_store,
     )
     app.middlewares.insert(0, drain.middleware)
     scheduler = scheduler or SchedulerSettings()
@@ -255,6 +258,7 @@ async def serve(
         await runner.cleanup()
         await plans.aclose()
         await changes.aclose()
+        await rollout_store.aclose()
         await subscriptions.aclose()
         await schedules.aclose()
         await fleet.aclose()

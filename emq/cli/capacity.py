@@ -15,7 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -62,6 +62,7 @@ class Change:
     result: str | None = None  # applied | failed, once applied
     error: str | None = None
     after_groups: int | None = None
+    before: dict[str, int | None] = field(default_factory=dict)  # the live values compared
 
     @property
     def name(self) -> str:
@@ -132,6 +133,7 @@ async def _compare(client: Client, changes: list[Change], force: bool) -> None:
                 c.action = "unknown"
                 return
         c.current_qps, c.current_groups = int(live["qps"]), int(live["groups"])
+        c.before = {k: live.get(k) for k in ("qps", "groups", "weight", "burst")}
         if c.current_qps == c.qps:
             c.action = "unchanged"
         elif c.qps > c.current_qps:
@@ -212,10 +214,15 @@ def _print_diff(changes: list[Change], show_unchanged: bool) -> None:
 
 
 def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
+    from emq.cli import rollout  # --canary: a watched rollout in steps
+
+    canary = rollout.options(args)  # its flags checked before anything is read
     changes = load_plan(args.plan)
     token = args.token or settings.admin_token
     if not token:
         raise EmqError("no admin token: set EMQ_ADMIN_TOKEN or pass --token")
+    if canary is not None:
+        return rollout.cmd_rollout(args, settings, changes, canary)
     import uvloop
 
     from emq.client import Client, describe
@@ -357,4 +364,7 @@ def _add_plan(sub: Subparsers) -> None:
     apply.add_argument(
         "--why", metavar="TEXT", help="the reason recorded with each change (emq changes)"
     )
+    from emq.cli.rollout import add_arguments as add_rollout_arguments
+
+    add_rollout_arguments(apply)
     apply.set_defaults(func=cmd_plan_apply)

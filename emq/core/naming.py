@@ -175,6 +175,14 @@ class RedisKeys:
         """The change log (emq.core.changes): a stream capped in age and length."""
         return f"{self.prefix}:changes"
 
+    def rollout(self, rollout_id: str) -> str:
+        """A plan's rollout (emq.core.rollouts) as JSON, expiring after its last update."""
+        return f"{self.prefix}:rollout:{rollout_id}"
+
+    def rollouts_latest(self) -> str:
+        """The id of the rollout started last."""
+        return f"{self.prefix}:rollouts:latest"
+
     # Subscriptions (emq.core.subscriptions): a topic's subscriptions, their version and its
     # events' records share the topic's hash tag, so one MULTI covers a change and its version.
 

@@ -407,6 +407,7 @@ function legend(items) {
 }
 
 async function loadPlan() {
+  watchRollout(state.generation).catch(fail);
   let p;
   try {
     p = await call("GET", "/v1/plans/latest");
@@ -501,6 +502,50 @@ function renderPlanDiff(d) {
 }
 
 $("#plan-refresh").addEventListener("click", () => loadPlan().then(() => showError("")).catch(fail));
+
+// ------------------------------------------------------------------ the latest rollout (admin)
+
+// emq plan apply --canary records its progress in the API; shown above the plan and followed
+// every POLL_MS while it runs and the Plan view is shown.
+async function watchRollout(generation) {
+  while (generation === state.generation && state.view === "plan" && state.token) {
+    let r;
+    try {
+      r = await call("GET", "/v1/rollouts/latest");
+    } catch (e) {
+      if (!(e instanceof ApiError) || e.status !== 404) throw e;
+      $("#rollout").hidden = true;
+      return;
+    }
+    if (generation !== state.generation) return;
+    renderRollout(r);
+    if (r.state !== "running") return;
+    await new Promise((done) => setTimeout(done, POLL_MS));
+  }
+}
+
+function renderRollout(r) {
+  const topics = r.topics || [];
+  $("#rollout").hidden = false;
+  $("#rollout").dataset.state = r.state;
+  $("#rollout-state").textContent = `${r.id}: ${r.state}${r.phase ? ` · ${r.phase}` : ""}`;
+  $("#rollout-progress").max = Math.max(1, topics.length);
+  $("#rollout-progress").value = r.topics_done;
+  $("#rollout-count").textContent = `${r.topics_done} of ${topics.length} topics live and healthy`;
+  $("#rollout-summary").textContent = `${r.plan}: canary ${r.canary_pct}% then ${r.steps} ` +
+    `step(s), each watched ${seconds(r.watch_s)}; started ${when(r.created_at)} by ${r.actor}` +
+    (r.reason ? ` · ${r.reason}` : "");
+  const fig = (v) => (Number.isInteger(v) ? String(v) : big(v, 2));
+  const figures = (s) => (s ? Object.entries(s).map(([k, v]) => `${k} ${fig(v)}`).join(", ") : "");
+  const breaches = (bs) => (bs || []).map((b) => `${b.signal} ${fig(b.figure)} ${b.op} ${fig(b.limit)}`)
+    .join("; ");
+  $("#rollout-topics tbody").replaceChildren(...topics.map((t) => el("tr",
+    { data: { topic: t.name, status: t.status } },
+    el("td", {}, t.step === 0 ? "canary" : `step ${t.step}`), el("td", {}, t.name),
+    el("td", { class: "num" }, t.before.qps), el("td", { class: "num planned" }, t.after.qps),
+    el("td", { class: "status" }, t.status), el("td", { class: "note" }, figures(t.signals)),
+    el("td", { class: "breaches" }, breaches(t.breaches)))));
+}
 
 // ------------------------------------------------------------------ a job's status
 

@@ -57,6 +57,14 @@ class HistoryStore(AsyncResource):
     async def rate(self, topic: str, max_age_s: float = 5.0) -> float:
         """Delivered/s of a topic: the sum over sources that published within ``max_age_s``."""
 
+    async def recent(self, since_s: int) -> list[HistoryRow]:
+        """The rows of intervals that start at ``since_s`` or later (a rollout's watch reads
+        them). This default reads everything; a store that can seek does better."""
+        out: list[HistoryRow] = []
+        async for rows in self.read(since_s):
+            out.extend(rows)
+        return out
+
     async def source_rates(self, max_age_s: float = 5.0) -> dict[str, dict[str, float]]:
         """Delivered/s per source (a worker id) and topic, from sources fresh within ``max_age_s``.
 
