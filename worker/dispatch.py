@@ -41,7 +41,6 @@ from worker.endpoints import EndpointRates
 from worker.groups import Buffered, GroupState, priority_index
 from worker.keys import KeyLines
 from worker.lending import lend_wait_s, lenders
-from worker.ticks import EARLY_S, on_grid
 
 Send = Callable[[GroupState, Buffered], None]
 
@@ -141,8 +140,7 @@ class Dispatcher:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
         heap = self._heap
         sent = self._release_parked(budget, wall, mono) if self.parking else 0
-        due = mono + EARLY_S  # (a timer fires early: see worker.ticks)
-        while heap and heap[0][0] <= due and sent < budget:
+        while heap and heap[0][0] <= mono and sent < budget:
             at, _, group = heapq.heappop(heap)
             if not group.scheduled or at != group.due:
                 continue  # a group woken for sooner meanwhile: this entry is stale
@@ -192,14 +190,12 @@ class Dispatcher:
             return SLOW_FULL_WAIT_S  # endpoint full, and its pushes run long
         if want == 0 or granted == want:
             return self._tick_s  # endpoint full, senders full, or all sent: look again next tick
-        # Quota-limited: come back when the counter can grant again (the next token, or the
-        # oldest grant of the sliding log leaving the window; see QpsCounter.wait_s), at the
-        # next tick of the grid every paced group shares (worker.ticks): one wake-up serves all
-        # the groups due in that tick.
+        # Quota-limited: come back exactly when the counter can grant again (the next token,
+        # or the oldest grant of the sliding log leaving the window); see QpsCounter.wait_s.
         wait = group.counter.wait_s(wall)
         if len(group.topic.groups) > 1:
             wait = lend_wait_s(group, wall, wait)
-        return on_grid(mono + max(MIN_WAIT_S, wait), self._tick_s) - mono
+        return max(MIN_WAIT_S, wait)
 
     def _take(
         self,
