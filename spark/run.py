@@ -112,6 +112,8 @@ def run(
         "python": round(time.process_time(), 1),
     }
     result["shuffle_partitions"] = partitions
+    context = spark.sparkContext  # where it ran: a cluster's UI lists the application by its id
+    result["spark"] = {"master": context.master, "application_id": context.applicationId}
     return result
 
 

@@ -16,6 +16,7 @@ import pytest
 from pyspark.sql import SparkSession
 
 from emq.core.interfaces import HistoryRow
+from emq.rigs.spark_cluster import SparkCluster
 from spark.history import write_marker, write_rows
 from spark.planning import PlanOptions
 from spark.run import run
@@ -29,6 +30,13 @@ DAY = 86_400
 def spark() -> Iterator[SparkSession]:
     with spark_session("emq-tests", "local[2]", "2g") as session:
         yield session
+
+
+@pytest.fixture(scope="module")
+def spark_cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SparkCluster]:
+    """A standalone master and two workers (1 core, 640 MiB each); stopped even on failure."""
+    with SparkCluster(tmp_path_factory.mktemp("spark-cluster"), workers=2) as cluster:
+        yield cluster
 
 
 def rows_for(

@@ -1,19 +1,25 @@
-"""``emq history synth`` and ``emq plan run`` as users run them, and the spark-submit path."""
+"""``emq history synth`` and ``emq plan run`` as users run them, and spark-submit to a standalone
+cluster (a master and two workers started here)."""
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import os
 import shutil
 import subprocess
 import sys
 from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
 
 import pytest
 from pyspark.sql import SparkSession
 
 from emq.cli.main import main
-from spark.session import local_partitions
+from emq.rigs.spark_cluster import SparkCluster
+from spark.session import _submitted_locally, local_partitions
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -42,21 +48,36 @@ def test_plan_run_shows_progress_and_a_summary(
     history: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     out = tmp_path / "plan"
-    assert main(["plan", "run", "--history", str(history), "--out", str(out)]) == 0
+    argv = ["plan", "run", "--history", str(history), "--out", str(out), "--worker-qps", "250"]
+    assert main(argv) == 0
     captured = capsys.readouterr()
     for step in ("[2/6] reading history", "[5/6] quota dry-run", "[6/6] writing plan.json"):
         assert step in captured.err
-    assert "20 topics" in captured.out and "workers" in captured.out
+    assert "20 topics" in captured.out and "at 250 jobs/s each" in captured.out
     assert {"plan.json", "report.html", "topics.parquet", "fleet.parquet"} <= {
         p.name for p in out.iterdir()
     }
 
 
-def test_plan_run_json(history: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    argv = ["plan", "run", "--history", str(history), "--out", str(tmp_path / "p")]
-    assert main([*argv, "--headroom", "1.5", "--worker-qps", "250", "--quiet", "--json"]) == 0
-    result = json.loads(capsys.readouterr().out)
-    assert result["topics"] == 20 and result["fleet"]["worker_qps"] == 250
+@pytest.fixture(scope="module")
+def json_plan(history: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """``emq plan run --json`` with the per-worker capacity from a benchmark's output: the
+    summary, and the flags (the cluster test plans the same history with them)."""
+    base = tmp_path_factory.mktemp("json-plan")
+    bench = base / "bench.json"
+    bench.write_text(json.dumps({"name": "dispatch", "result": {"delivered_per_s": 4321.0}}))
+    flags = ["--history", str(history), "--headroom", "1.5", "--worker-bench", str(bench)]
+    with contextlib.redirect_stdout(io.StringIO()) as out:
+        assert main(["plan", "run", *flags, "--out", str(base / "p"), "--quiet", "--json"]) == 0
+    return {"flags": flags, "summary": json.loads(out.getvalue())}
+
+
+def test_plan_run_json_takes_the_worker_capacity_from_a_benchmark(
+    json_plan: dict[str, Any],
+) -> None:
+    result = json_plan["summary"]
+    assert result["topics"] == 20 and result["fleet"]["worker_qps"] == 4321.0
+    assert "bench.json" in result["fleet"]["worker_qps_source"]
     plan = json.loads(Path(result["plan"]).read_text())
     assert plan["parameters"]["headroom"] == 1.5
 
@@ -97,46 +118,97 @@ def test_bad_input_is_one_line(
     assert err.startswith("emq: error:") and message in err and err.count("\n") == 1
 
 
-def test_worker_capacity_from_a_benchmark(
-    history: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+@pytest.mark.timeout(300)  # six JVMs: a master, two workers, a driver, two executors
+def test_spark_submit_runs_the_job_on_a_standalone_cluster(
+    json_plan: dict[str, Any], spark_cluster: SparkCluster, tmp_path: Path
 ) -> None:
-    bench = tmp_path / "bench.json"
-    bench.write_text(json.dumps({"name": "dispatch", "result": {"delivered_per_s": 4321.0}}))
-    argv = ["plan", "run", "--history", str(history), "--out", str(tmp_path / "p")]
-    assert main([*argv, "--worker-bench", str(bench), "--quiet", "--json"]) == 0
-    fleet = json.loads(capsys.readouterr().out)["fleet"]
-    assert fleet["worker_qps"] == 4321.0 and "bench.json" in fleet["worker_qps_source"]
-
-
-def test_spark_submit_runs_the_same_job(history: Path, tmp_path: Path) -> None:
+    """``spark-submit --master spark://...``: the application runs on the cluster, with an
+    executor on each worker, and plans exactly what local mode plans from the same history."""
     submit = Path(sys.executable).with_name("spark-submit")
     if not submit.exists():
         submit = Path(shutil.which("spark-submit") or "spark-submit")
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    env = dict(
+        os.environ,
+        PYSPARK_PYTHON=sys.executable,
+        PYSPARK_DRIVER_PYTHON=sys.executable,
+        SPARK_CONF_DIR=str(spark_cluster.conf_dir),  # sized to the cluster, quiet logs
+    )
     done = subprocess.run(
         [
             str(submit),
             "--master",
-            "local[2]",
+            spark_cluster.master_url,
             "--driver-java-options",  # a short job: the JVM's quick compiler (spark/README.md)
             "-XX:TieredStopAtLevel=1",
+            "--conf",
+            "spark.sql.shuffle.partitions=4",
             str(ROOT / "spark" / "plan_job.py"),
-            "--history",
-            str(history),
+            *json_plan["flags"],
             "--out",
-            str(tmp_path / "p"),
+            str(tmp_path / "cluster"),
             "--quiet",
             "--json",
         ],
         capture_output=True,
         text=True,
         env=env,
-        timeout=110,
+        timeout=240,
         check=False,
     )
-    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.returncode == 0, done.stderr[-2000:] + spark_cluster.logs()
     summary = json.loads(done.stdout)
-    assert summary["topics"] == 20
-    # spark-submit chose the master, and the small machine's settings still apply
-    assert summary["shuffle_partitions"] == local_partitions()
-    assert (tmp_path / "p" / "report.html").exists()
+    app = summary["spark"]["application_id"]
+    assert summary["spark"]["master"] == spark_cluster.master_url
+    assert summary["shuffle_partitions"] == 4  # the submitter's setting, not a local run's
+    finished = {a["id"]: a for a in spark_cluster.state()["completedapps"]}
+    assert finished[app]["name"] == "emq-plan" and finished[app]["state"] == "FINISHED"
+    ran_on = [
+        [e["id"] for e in w["finishedexecutors"] if e["appid"] == app]
+        for w in spark_cluster.worker_states()
+    ]
+    assert [len(executors) for executors in ran_on] == [1, 1], ran_on
+    cluster_plan, local_plan = (
+        json.loads(Path(path).read_text())
+        for path in (summary["plan"], json_plan["summary"]["plan"])
+    )
+    for plan in (cluster_plan, local_plan):
+        del plan["generated_at"]
+    series = cluster_plan.pop("series"), local_plan.pop("series")
+    assert cluster_plan == local_plan
+    # The fleet's series add up every topic's rates: in another partitioning, another order.
+    on_cluster, local = (_leaves(s) for s in series)
+    floats = {path for path, value in local.items() if isinstance(value, float)}
+    assert {p: v for p, v in on_cluster.items() if p not in floats} == {
+        p: v for p, v in local.items() if p not in floats
+    }
+    assert {p: on_cluster[p] for p in floats} == pytest.approx({p: local[p] for p in floats})
+    assert cluster_plan["history"]["topics"] == 20
+
+
+def _leaves(document: Any, path: str = "") -> dict[str, Any]:
+    """Every leaf of a JSON document by its path (pytest.approx compares flat mappings)."""
+    if isinstance(document, dict):
+        items = document.items()
+    elif isinstance(document, list):
+        items = enumerate(document)  # type: ignore[assignment]
+    else:
+        return {path: document}
+    return {k: v for key, value in items for k, v in _leaves(value, f"{path}/{key}").items()}
+
+
+def test_a_local_submit_gets_the_small_machines_partitions() -> None:
+    """``spark-submit --master local[N]`` skips the local builder: the job still sets few shuffle
+    partitions, unless the submitter chose them; a cluster keeps Spark's (or the submitter's)."""
+    runtime: dict[str, str] = {}
+
+    def submitted(master: str, *, chosen: bool) -> Any:
+        conf = SimpleNamespace(contains=lambda key: chosen)
+        context = SimpleNamespace(master=master, getConf=lambda: conf)
+        return SimpleNamespace(sparkContext=context, conf=SimpleNamespace(set=runtime.__setitem__))
+
+    _submitted_locally(submitted("local[2]", chosen=False))
+    assert runtime == {"spark.sql.shuffle.partitions": str(local_partitions())}
+    runtime.clear()
+    _submitted_locally(submitted("local[2]", chosen=True))
+    _submitted_locally(submitted("spark://127.0.0.1:7077", chosen=False))
+    assert runtime == {}

@@ -155,13 +155,12 @@ def test_plan_json_carries_the_report_series_thinned_and_the_api_takes_it(
     assert kept.series is not None and len(kept.series.topics) == 3
 
 
-def test_rows_of_several_sources_are_folded(spark: SparkSession, tmp_path: Path) -> None:
-    """The API's enqueued rows and two workers' delivered rows, unmarked: the job folds them."""
+def _several_sources(topic: str) -> list[HistoryRow]:
+    """The API's enqueued rows and two workers' delivered rows of one day."""
     rows = []
-    for i in range(2 * 1440):
-        start = MONDAY + i * 60
-        common = {"interval_start": start, "interval_s": 60, "namespace": "online"}
-        common |= {"tenant": "acme", "topic": "mixed", "quota": 150, "groups": 1}
+    for i in range(1440):
+        common = {"interval_start": MONDAY + i * 60, "interval_s": 60, "namespace": "online"}
+        common |= {"tenant": "acme", "topic": topic, "quota": 150, "groups": 1}
         rows.append(HistoryRow(source="api", enqueued=6000, **common))
         rows.append(HistoryRow(source="w1", delivered=4000, p50_ms=10, p99_ms=50, **common))
         rows.append(
@@ -169,37 +168,49 @@ def test_rows_of_several_sources_are_folded(spark: SparkSession, tmp_path: Path)
                 source="w2", delivered=2000, p50_ms=40, p99_ms=80, throttled_backlog=3, **common
             )
         )
-    history = write_history(tmp_path / "history", rows, aggregated=False)
-    t = plan(spark, history, tmp_path / "plan", headroom=1.0)["by_topic"]["mixed"]
+    return rows
+
+
+@pytest.fixture(scope="module")
+def edge_cases(spark: SparkSession, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """One day of three unusual topics in one unmarked history, planned once (each topic is
+    sized on its own rows): rows of several sources, deliveries only, and a sparse recorder."""
+    old = [
+        HistoryRow(MONDAY + i * 60, 60, "online", "acme", "old", "w1", delivered=3000, quota=50)
+        for i in range(1440)
+    ]
+    # Recorders write only active topics: "sparse" is active 1 minute in 10.
+    sparse = [r for r in rows_for("sparse", [60.0] * 1440) if (r.interval_start // 60) % 10 == 0]
+    rows = _several_sources("mixed") + old + sparse + rows_for("steady", [10.0] * 1440)
+    base = tmp_path_factory.mktemp("edge-cases")
+    history = write_history(base / "history", rows, aggregated=False)
+    by_topic: dict[str, Any] = plan(spark, history, base / "plan", headroom=1.0)["by_topic"]
+    return by_topic
+
+
+def test_rows_of_several_sources_are_folded(edge_cases: dict[str, Any]) -> None:
+    """Unmarked rows of the API and two workers: the job folds them per interval."""
+    t = edge_cases["mixed"]
     assert t["rates"]["p99"] == 100  # from enqueued, not delivered + enqueued
     assert t["rate_source"] == "enqueued"
-    assert t["observed"]["delivered"] == 6000 * 2 * 1440
+    assert t["observed"]["delivered"] == 6000 * 1440
     assert t["observed"]["p50_ms"] == 20  # delivered-weighted: (10 x 4000 + 40 x 2000) / 6000
     assert t["observed"]["p99_ms"] == 80  # the largest
     assert t["observed"]["max_throttled_backlog"] == 3
 
 
-def test_history_without_enqueue_counts_sizes_on_deliveries(
-    spark: SparkSession, tmp_path: Path
-) -> None:
-    rows = [
-        HistoryRow(MONDAY + i * 60, 60, "online", "acme", "old", "w1", delivered=3000, quota=50)
-        for i in range(1440)
-    ]
-    history = write_history(tmp_path / "history", rows)
-    t = plan(spark, history, tmp_path / "plan", headroom=1.0)["by_topic"]["old"]
+def test_history_without_enqueue_counts_sizes_on_deliveries(edge_cases: dict[str, Any]) -> None:
+    t = edge_cases["old"]
     assert (t["rate_source"], t["rates"]["p99"], t["qps"]) == ("delivered", 50, 50)
 
 
-def test_intervals_without_rows_count_as_zero(spark: SparkSession, tmp_path: Path) -> None:
-    """Recorders write only active topics: a topic active 1 minute in 10 has a p50 of 0."""
-    active = [r for r in rows_for("sparse", [60.0] * 1440) if (r.interval_start // 60) % 10 == 0]
-    filler = rows_for("steady", [10.0] * 1440)
-    history = write_history(tmp_path / "history", active + filler)
-    t = plan(spark, history, tmp_path / "plan", headroom=1.0)["by_topic"]["sparse"]
+def test_intervals_without_rows_count_as_zero(edge_cases: dict[str, Any]) -> None:
+    """A topic active 1 minute in 10 has a p50 of 0."""
+    t = edge_cases["sparse"]
     assert t["rates"]["p50"] == 0
     assert t["rates"]["p99"] == 60  # 10% of the intervals are at 60: above the top 1%
     assert t["rates"]["mean"] == pytest.approx(6.0, abs=0.05)
+    assert edge_cases["steady"]["rates"]["p50"] == 10
 
 
 def test_an_empty_or_missing_history_is_one_clear_error(
