@@ -144,9 +144,10 @@ def _serve(path: str) -> None:
     selector.register(listener, selectors.EVENT_READ, None)
     children: dict[int, tuple[socket.socket, int]] = {}  # pidfd -> (connection, pid)
     by_connection: dict[socket.socket, int] = {}  # connection -> pidfd
+    parent = os.getppid()
     try:
-        while True:
-            for key, _ in selector.select():
+        while os.getppid() == parent:  # a test run that died leaves no server behind
+            for key, _ in selector.select(timeout=1.0):
                 if key.fileobj is listener:
                     connection, _ = listener.accept()
                     started = _start(connection, listener)
