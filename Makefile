@@ -28,6 +28,10 @@ $(STAMP): pyproject.toml
 # naming one file) is no failure unless both select nothing. Each pass prints its 15 slowest
 # tests: the suite must stay well under 15 minutes, and that list says where the time goes.
 PYTEST_WORKERS ?= 3
+# Bytecode caches are written even where the caller's environment says not to: otherwise every
+# process of the suite (4 pytest processes, hundreds of `emq` ones) compiles each of our modules it
+# imports from source, and each pytest process rewrites every test module's asserts again.
+unexport PYTHONDONTWRITEBYTECODE
 
 test: install
 	$(VENV)/bin/ruff check .

@@ -29,6 +29,7 @@ from kazoo.client import KazooClient
 
 from emq.core.settings import Settings
 from emq.stack import Service, free_port
+from tests.forkserver import ForkServer
 from tests.postgres import PostgresServer
 
 # Hypothesis's per-example deadline (200 ms) measures the machine, not the code: on a shared
@@ -109,6 +110,18 @@ def postgres_url(postgres_server: PostgresServer, test_id: str) -> Iterator[str]
     yield postgres_server.url.rsplit("/", 1)[0] + f"/{name}"
     with psycopg.connect(postgres_server.url, autocommit=True) as admin:
         admin.execute(f"DROP DATABASE {name} WITH (FORCE)")
+
+
+@pytest.fixture(scope="session")
+def emq_shim(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A directory whose ``emq`` runs each command in a child of one fork server that imported
+    the CLI once (tests/forkserver.py): the console script's code without its import time."""
+    directory = tmp_path_factory.mktemp("emq-shim")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
+    server = ForkServer(directory, env | {"PYTHONPATH": str(Path(__file__).parent.parent)})
+    server.shim(directory)
+    yield directory
+    server.close()
 
 
 @pytest.fixture

@@ -1,6 +1,8 @@
 """A live stack for the docs' code blocks: the session's Redis and ZooKeeper (under a key
 prefix and a chroot of their own), one ``emq api``, one ``emq worker --standalone`` and a
-receiver that answers 200 to any request, all on loopback."""
+receiver that answers 200 to any request, all on loopback. The pages' ``emq`` is the fork
+server's shim (``emq_shim``, tests/forkserver.py): the console script's code, without its
+import time."""
 
 from __future__ import annotations
 
@@ -57,11 +59,11 @@ def sink_url() -> Iterator[str]:
     server.server_close()
 
 
-def base_env(scratch: Path, sink_url: str) -> dict[str, str]:
+def base_env(scratch: Path, sink_url: str, shim: Path) -> dict[str, str]:
     """The environment every page gets, without the stack's addresses."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
     return env | {
-        "PATH": f"{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
+        "PATH": f"{shim}:{BIN}:{env.get('PATH', '/usr/bin:/bin')}",
         "PYTHONPATH": str(ROOT),
         "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,
         "EMQ_PUSH_ALLOW_CIDRS": "127.0.0.0/8",
@@ -71,9 +73,9 @@ def base_env(scratch: Path, sink_url: str) -> dict[str, str]:
     }
 
 
-def own_stack_env(scratch: Path, sink_url: str) -> dict[str, str]:
+def own_stack_env(scratch: Path, sink_url: str, shim: Path) -> dict[str, str]:
     """For a page that starts its own stack: addresses where nothing runs yet."""
-    return base_env(scratch, sink_url) | {
+    return base_env(scratch, sink_url, shim) | {
         "EMQ_REDIS_URL": f"redis://127.0.0.1:{free_port()}/0",
         "EMQ_ZK_HOSTS": f"127.0.0.1:{free_port()}",
         "EMQ_API_URL": f"http://127.0.0.1:{free_port()}",
@@ -97,6 +99,7 @@ def live_stack(
     redis_server: Service,
     zk_server: Service,
     sink_url: str,
+    emq_shim: Path,
     tmp_path_factory: pytest.TempPathFactory,
 ) -> Iterator[dict[str, str]]:
     """The environment of a page run against the live stack (the API and worker already up)."""
@@ -105,7 +108,7 @@ def live_stack(
     zk = KazooClient(hosts=zk_server.address)
     zk.start(timeout=10)
     zk.ensure_path(chroot)
-    env = base_env(scratch, sink_url) | {
+    env = base_env(scratch, sink_url, emq_shim) | {
         "EMQ_REDIS_URL": f"redis://{redis_server.address}/0",
         "EMQ_REDIS_KEY_PREFIX": chroot.strip("/"),
         "EMQ_ZK_HOSTS": f"{zk_server.address}{chroot}",

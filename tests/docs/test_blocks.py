@@ -84,10 +84,10 @@ def run_page(page: str, env: dict[str, str], scratch: Path) -> subprocess.Comple
 @pytest.mark.timeout(PAGE_TIMEOUT_S + 60)
 @pytest.mark.parametrize("page", PAGES)
 def test_the_page_runs_as_written(
-    page: str, live_stack: dict[str, str], sink_url: str, tmp_path: Path
+    page: str, live_stack: dict[str, str], sink_url: str, emq_shim: Path, tmp_path: Path
 ) -> None:
     own = OWN_STACK in (ROOT / page).read_text(encoding="utf-8")
-    env = own_stack_env(tmp_path, sink_url) if own else live_stack
+    env = own_stack_env(tmp_path, sink_url, emq_shim) if own else live_stack
     try:
         done = run_page(page, env, tmp_path)
     finally:

@@ -9,7 +9,6 @@ import io
 import json
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +48,7 @@ class EmqApi:
     process: asyncio.subprocess.Process
     url: str
     log: Path
+    emq: Path  # the fork server's ``emq`` (conftest's emq_shim): each command a process of its own
 
     def env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
@@ -57,9 +57,7 @@ class EmqApi:
     async def run(self, *args: str, stdin: bytes | None = None, **env: str) -> Result:
         """``emq ARGS`` with EMQ_API_URL set; pass EMQ_ADMIN_TOKEN / EMQ_TOKEN as keywords."""
         proc = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "emq",
+            self.emq,
             *args,
             cwd=ROOT,
             env=self.env(**env),
@@ -116,15 +114,13 @@ async def _stop(process: asyncio.subprocess.Process, log: Path) -> int:
 
 
 @pytest.fixture
-async def emq_api(settings: Settings, tmp_path: Path) -> AsyncIterator[EmqApi]:
+async def emq_api(settings: Settings, tmp_path: Path, emq_shim: Path) -> AsyncIterator[EmqApi]:
     """``emq api`` on a free port; stopped with SIGTERM at the end, which must exit 0."""
     url = f"http://127.0.0.1:{free_port()}"
     log = tmp_path / "api.log"
     with log.open("wb") as stderr:
         process = await asyncio.create_subprocess_exec(
-            sys.executable,
-            "-m",
-            "emq",
+            emq_shim / "emq",
             "api",
             cwd=ROOT,
             env=_server_env(settings, url),
@@ -135,7 +131,7 @@ async def emq_api(settings: Settings, tmp_path: Path) -> AsyncIterator[EmqApi]:
         await _wait_listening(process, log)
         async with aiohttp.ClientSession() as session, session.get(url + "/healthz") as r:
             assert r.status == 200, await r.text()
-        yield EmqApi(process, url, log)
+        yield EmqApi(process, url, log, emq_shim / "emq")
     finally:
         code = await _stop(process, log)
     assert code == 0, _tail(log)

@@ -79,12 +79,12 @@ def test_the_wheel_runs_the_stack_and_the_demo_outside_a_checkout(
 ) -> None:
     env_dir, work = tmp_path / "venv", tmp_path / "work"
     work.mkdir()
-    venv.create(env_dir, with_pip=True)
+    venv.create(env_dir)  # without pip of its own: this pip installs into it (--python)
     python, cli = env_dir / "bin" / "python", env_dir / "bin" / "emq"
     wheel = next(dist.glob("emq-*.whl"))
     env = clean_env(tmp_path)
-    run([str(python), "-m", "pip", "install", "--quiet", "--no-compile", str(wheel)],
-        work, env, timeout=600)
+    pip = [sys.executable, "-m", "pip", "--python", str(python)]
+    run([*pip, "install", "--quiet", "--no-compile", str(wheel)], work, env, timeout=600)
 
     where = run([str(python), "-c", "import emq, emq.stack; print(emq.stack.SCRIPTS_DIR)"],
                 work, env, timeout=60).strip()
