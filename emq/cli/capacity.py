@@ -118,7 +118,9 @@ def load_plan(path: str) -> list[Change]:
     return changes
 
 
-async def _compare(client: Client, changes: list[Change], force: bool) -> None:
+async def compare_live(client: Client, changes: list[Change], force: bool) -> None:
+    """Read each planned topic's live quota and set what applying would do (its ``action``);
+    ``emq plan apply`` and the canary rollout (:mod:`emq.cli.rollout`) both judge with it."""
     import asyncio  # here, not with the parser: it imports ssl, which `emq --help` need not
 
     from capacity.plan import is_big_decrease
@@ -145,7 +147,8 @@ async def _compare(client: Client, changes: list[Change], force: bool) -> None:
     await asyncio.gather(*(one(c) for c in changes))
 
 
-async def _apply(client: Client, changes: list[Change]) -> None:
+async def apply_changes(client: Client, changes: list[Change]) -> None:
+    """Set the quota of every change to raise or lower, recording each one's result."""
     import asyncio  # here, not with the parser: it imports ssl, which `emq --help` need not
 
     gate = asyncio.Semaphore(APPLY_CONCURRENCY)
@@ -232,13 +235,13 @@ def cmd_plan_apply(args: argparse.Namespace, settings: Settings) -> int:
         async with Client(
             settings.api_url, token, change_route="plan", change_reason=why
         ) as client:
-            await _compare(client, changes, args.force)
+            await compare_live(client, changes, args.force)
             refused = any(c.action == "needs-force" for c in changes)
             from emq.cli.plan_store import publish  # the console's latest plan
 
             await publish(client, args.plan, "dry-run" if args.dry_run or refused else "apply")
             if not args.dry_run and not refused:
-                await _apply(client, changes)
+                await apply_changes(client, changes)
             return refused
 
     try:

@@ -155,11 +155,11 @@ def cmd_rollout(
 async def _prepare(
     settings: Settings, token: str, args: argparse.Namespace, changes: list[Change], o: Options
 ) -> Rollout | None:
-    from emq.cli.capacity import _compare
+    from emq.cli.capacity import compare_live
     from emq.client import Client
 
     async with Client(settings.api_url, token) as client:
-        await _compare(client, changes, args.force)
+        await compare_live(client, changes, args.force)
         unknown = [c.name for c in changes if c.action == "unknown"]
         if unknown:
             more = f" and {len(unknown) - 3} more" if len(unknown) > 3 else ""
@@ -286,11 +286,11 @@ async def _step(
     """Baseline, apply, watch and judge one step; False when a topic breached."""
     import asyncio  # here, not with the parser (emq --help need not load it)
 
-    from emq.cli.capacity import _apply
+    from emq.cli.capacity import apply_changes
 
     t0 = time.time()
     base = (await signals(client, step, t0 - o.watch_s, t0))["topics"]
-    await _apply(client, step)
+    await apply_changes(client, step)
     ro.applied.extend(c for c in step if c.result == "applied")
     failed = [c for c in step if c.result == "failed"]
     await _patch(client, ro, phase=phase, step=i, topics=[_status(c, "watching") for c in step])
