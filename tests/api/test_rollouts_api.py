@@ -103,6 +103,22 @@ async def test_bad_rollouts_are_refused_and_nothing_is_stored(
     await call(http, "GET", "/v1/rollouts/latest", 404)
 
 
+async def test_whole_floats_are_integers_and_fractions_are_refused(world: Any) -> None:
+    """JSON Schema's ``integer`` admits ``72.0``: the schema-valid request is taken (the OpenAPI
+    fuzzer sends them); ``72.5`` is one 422 naming the field."""
+    http, _, _ = world
+    body = started()
+    body["steps"] = 3.0
+    body["topics"][0] |= {"step": 0.0, "before": {"qps": 20.0, "groups": 1}}
+    ro = await call(http, "POST", "/v1/rollouts", 201, json=body)
+    assert ro["steps"] == 3 and ro["topics"][0]["before"]["qps"] == 20
+    path = f"/v1/rollouts/{ro['id']}"
+    await call(http, "PATCH", path, 200, json={"step": 1.0})
+    error = (await call(http, "PATCH", path, 422, json={"step": 1.5}))["error"]
+    assert error["field"] == "step"
+    assert (await call(http, "GET", path, 200))["step"] == 1
+
+
 async def test_a_patch_of_an_unknown_topic_is_refused(world: Any) -> None:
     http, _, _ = world
     ro = await call(http, "POST", "/v1/rollouts", 201, json=started())

@@ -3,7 +3,9 @@ values a client writes, names."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias
+import functools
+from types import UnionType
+from typing import TYPE_CHECKING, Annotated, Any, Literal, TypeAlias, Union, get_args, get_origin
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -31,7 +33,14 @@ class Body(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
 
-_INTEGRAL = (int, int | None)
+def _is_integer(annotation: Any) -> bool:
+    """``int``, ``int | None``, and either with ``Annotated`` constraints."""
+    if get_origin(annotation) is Annotated:
+        return _is_integer(get_args(annotation)[0])
+    if get_origin(annotation) in (Union, UnionType):
+        args = [a for a in get_args(annotation) if a is not type(None)]
+        return len(args) == 1 and _is_integer(args[0])
+    return annotation is int
 
 
 class IntegralBody(Body):
@@ -39,19 +48,19 @@ class IntegralBody(Body):
     says (``10.5`` stays a float and is refused). Only the bodies that have integers pay for
     this Python step; jobs have none."""
 
+    @classmethod
+    @functools.cache
+    def _integer_fields(cls) -> frozenset[str]:
+        return frozenset(k for k, f in cls.model_fields.items() if _is_integer(f.annotation))
+
     @model_validator(mode="before")
     @classmethod
     def _integral(cls, data: object) -> object:
         if not isinstance(data, dict):
             return data
-        fields = cls.model_fields
+        integers = cls._integer_fields()
         return {
-            k: int(v)
-            if isinstance(v, float)
-            and v.is_integer()
-            and k in fields
-            and fields[k].annotation in _INTEGRAL
-            else v
+            k: int(v) if isinstance(v, float) and v.is_integer() and k in integers else v
             for k, v in data.items()
         }
 

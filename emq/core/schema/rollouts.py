@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from typing import Annotated, Literal, get_args
 
-from pydantic import Field
+from pydantic import Field, field_validator
 
 from emq.core.model import NAME_RE
 from emq.core.rollouts import STATES, TOPIC_STATUSES
-from emq.core.schema.common import Body, Name, NamespaceValue, Query
+from emq.core.schema.common import Body, IntegralBody, Name, NamespaceValue, Query
 
 MAX_TOPICS = 10_000
 # Topics per signals request: the longest query stays under aiohttp's 8 KiB request line.
@@ -37,7 +37,7 @@ class Breach(Body):
     text: _TEXT = ""
 
 
-class RolloutTopic(Body):
+class RolloutTopic(IntegralBody):
     name: TopicName
     namespace: NamespaceValue
     tenant: Name
@@ -49,8 +49,18 @@ class RolloutTopic(Body):
     breaches: list[Breach] = Field(default_factory=list, max_length=10)
     signals: dict[str, float] | None = None
 
+    @field_validator("before", "after", mode="before")
+    @classmethod
+    def _integral_values(cls, value: object) -> object:
+        """``10.0`` is the integer 10 in these maps too (JSON Schema's ``integer``)."""
+        if not isinstance(value, dict):
+            return value
+        return {
+            k: int(v) if isinstance(v, float) and v.is_integer() else v for k, v in value.items()
+        }
 
-class RolloutIn(Body):
+
+class RolloutIn(IntegralBody):
     plan: _TEXT = Field(description="the plan file applied")
     plan_id: Annotated[str, Field(max_length=100)] | None = None
     canary_pct: Annotated[float, Field(gt=0, le=100)]
@@ -68,7 +78,7 @@ class RolloutTopicPatch(Body):
     signals: dict[str, float] | None = None
 
 
-class RolloutPatch(Body):
+class RolloutPatch(IntegralBody):
     state: State | None = None
     phase: Annotated[str, Field(max_length=200)] | None = None
     step: Annotated[int, Field(ge=0, le=100)] | None = None
