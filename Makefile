@@ -13,10 +13,12 @@ install: os-deps $(STAMP)
 os-deps:
 	@bash deploy/install-deps.sh
 
+# --no-compile: pip would byte-compile every installed module (all of pyspark's), a third of the
+# install's time; Python compiles and caches what is imported on first use instead.
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[dev,spark]'
+	$(PY) -m pip install --quiet --no-compile -e '.[dev,spark]'
 	@touch $@
 
 # The suite runs in two passes, both always. First every test not marked `serial`, on
