@@ -25,6 +25,7 @@ One call reads the history written since ``since`` once, for all the topics aske
 
 from __future__ import annotations
 
+import asyncio
 import math
 import secrets
 import time
@@ -163,7 +164,8 @@ class Rollouts:
         refs = _refs(q.topics)
         now = time.time()
         until = min(q.until if q.until is not None else now, now)
-        topics = [await self.api.config.get_topic(ref) for ref in refs]  # 404 names the topic
+        # at once, not one round trip after another; a 404 names the (first) unknown topic
+        topics = await asyncio.gather(*(self.api.config.get_topic(ref) for ref in refs))
         rows = await self._rows(q.since) if self.api.history is not None else []
         interval = max([float(self.api.api.history_interval_s)] + [r.interval_s for r in rows])
         start = math.ceil(q.since / interval) * interval

@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -267,10 +267,22 @@ async def _wait_sink(h: Harness, jobs: int, timeout_s: float) -> None:
         await asyncio.sleep(0.1)
 
 
-async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]:
-    per_tenant = max(100, int(JOBS_PER_TENANT_PER_S * duration_s))
-    doc: dict[str, Any] = {"bench": "peers", "tenants": TENANTS, "jobs_per_tenant": per_tenant,
-                           "body_bytes": len(BODY), "emq_topic_qps": QPS}  # fmt: skip
+Run = Callable[[Harness], Awaitable[dict[str, Any]]]
+BullRun = Callable[[Harness, str, int], Awaitable[dict[str, Any]]]
+
+
+async def take_turns(
+    doc: dict[str, Any],
+    emq_once: Run,
+    bullmq_once: BullRun,
+    bullmq_clients: Iterable[tuple[str, int]],
+    figure: str,
+    say: Callable[[str], None],
+) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """EMQ, then BullMQ with each (client, concurrency), then EMQ again, on one Redis and one
+    sink: what else the shared machine runs weighs on both sides. BullMQ's npm versions (or why
+    it could not be installed) and the contention go into ``doc``; a BullMQ run that fails is
+    kept as its error. Returns (EMQ's runs, BullMQ's runs); ``figure`` is what ``say`` shows."""
     try:
         doc["npm_versions"] = install_bullmq(say)
     except (EmqError, OSError, subprocess.TimeoutExpired) as e:
@@ -278,21 +290,35 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
     with tempfile.TemporaryDirectory(prefix="emq-bench-peers-") as tmp:
         async with Harness.running(Path(tmp)) as h:
             contention = Contention(h.sink_pid, h.redis_pid).start()
-            # EMQ runs before and after BullMQ: what else the shared machine runs weighs on both.
-            emq_runs = [await emq_run(h, per_tenant)]
-            say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
+            emq_runs = [await emq_once(h)]
+            say(f"emq: {emq_runs[-1][figure]} {figure}")
             bull_runs: list[dict[str, Any]] = []
-            for client, c in BULLMQ_RUNS if "npm_versions" in doc else ():
+            for client, c in bullmq_clients if "npm_versions" in doc else ():
                 try:
-                    bull_runs.append(await bullmq_run(h, per_tenant, client, c))
+                    bull_runs.append(await bullmq_once(h, client, c))
                 except EmqError as e:
                     bull_runs.append({"client": client, "concurrency_per_worker": c,
                                       "error": str(e)})  # fmt: skip
-                got = bull_runs[-1].get("jobs_per_s", "failed")
-                say(f"bullmq {client} concurrency {c}: {got} jobs/s")
-            emq_runs.append(await emq_run(h, per_tenant))
-            say(f"emq: {emq_runs[-1]['jobs_per_s']} jobs/s")
+                got = bull_runs[-1].get(figure, "failed")
+                say(f"bullmq {client} concurrency {c}: {got} {figure}")
+            emq_runs.append(await emq_once(h))
+            say(f"emq: {emq_runs[-1][figure]} {figure}")
             doc["contention"] = contention.read()
+    return emq_runs, bull_runs
+
+
+async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]:
+    per_tenant = max(100, int(JOBS_PER_TENANT_PER_S * duration_s))
+    doc: dict[str, Any] = {"bench": "peers", "tenants": TENANTS, "jobs_per_tenant": per_tenant,
+                           "body_bytes": len(BODY), "emq_topic_qps": QPS}  # fmt: skip
+    emq_runs, bull_runs = await take_turns(
+        doc,
+        lambda h: emq_run(h, per_tenant),
+        lambda h, client, c: bullmq_run(h, per_tenant, client, c),
+        BULLMQ_RUNS,
+        "jobs_per_s",
+        say,
+    )
     doc["emq"] = best(emq_runs)
     doc["emq_runs"] = emq_runs
     doc["bullmq_runs"] = bull_runs

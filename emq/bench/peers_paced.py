@@ -16,15 +16,13 @@ job over BullMQ's, issue 32's target below 1).
 from __future__ import annotations
 
 import asyncio
-import tempfile
 import time
 from collections.abc import Callable, Iterable
-from pathlib import Path
 from typing import Any
 
-from emq.bench.harness import HEADERS, Contention, CpuMeter, Harness, preload, stopping
+from emq.bench.harness import HEADERS, CpuMeter, Harness, preload, stopping
 from emq.bench.machine import describe
-from emq.bench.peers import BODY, CACHE, TENANTS, _node, install_bullmq
+from emq.bench.peers import BODY, CACHE, TENANTS, _node, take_turns
 from emq.bench.workloads import start_worker, wait_first_delivery
 from emq.core.errors import EmqError
 from emq.core.interfaces import PutItem
@@ -147,27 +145,14 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
     seconds = max(1.0, duration_s)
     doc: dict[str, Any] = {"bench": "peers", "workload": "paced", "tenants": TENANTS,
                            "qps": QPS, "flood": FLOOD, "seconds": seconds}  # fmt: skip
-    try:
-        doc["npm_versions"] = install_bullmq(say)
-    except (EmqError, OSError) as e:
-        doc["bullmq_error"] = str(e)
-    with tempfile.TemporaryDirectory(prefix="emq-bench-peers-") as tmp:
-        async with Harness.running(Path(tmp)) as h:
-            contention = Contention(h.sink_pid, h.redis_pid).start()
-            emq_runs = [await emq_paced(h, seconds)]
-            say(f"emq: {emq_runs[-1]['cpu_s_per_1000_jobs']} CPU-s/1000 jobs")
-            bull_runs: list[dict[str, Any]] = []
-            for client, c in BULLMQ_RUNS if "npm_versions" in doc else ():
-                try:
-                    bull_runs.append(await bullmq_paced(h, seconds, client, c))
-                except EmqError as e:
-                    bull_runs.append({"client": client, "concurrency_per_worker": c,
-                                      "error": str(e)})  # fmt: skip
-                got = bull_runs[-1].get("cpu_s_per_1000_jobs", "failed")
-                say(f"bullmq {client} concurrency {c}: {got} CPU-s/1000 jobs")
-            emq_runs.append(await emq_paced(h, seconds))
-            say(f"emq: {emq_runs[-1]['cpu_s_per_1000_jobs']} CPU-s/1000 jobs")
-            doc["contention"] = contention.read()
+    emq_runs, bull_runs = await take_turns(
+        doc,
+        lambda h: emq_paced(h, seconds),
+        lambda h, client, c: bullmq_paced(h, seconds, client, c),
+        BULLMQ_RUNS,
+        "cpu_s_per_1000_jobs",
+        say,
+    )
     doc["emq"] = leanest(emq_runs)
     doc["emq_runs"] = emq_runs
     doc["bullmq_runs"] = bull_runs
