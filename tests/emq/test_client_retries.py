@@ -204,7 +204,9 @@ async def test_a_retried_batch_is_stored_once_with_idempotent(
     """The first request is stored but its answer lost; the Producer sends the batch again.
     With ``idempotent=True`` the API answers the repeat as duplicates (stored once); without,
     the jobs are stored twice, as the module documents (at least once)."""
-    acme = Client(proxy, token, timeout_s=0.5)
+    # The first answer is held until the test ends, so the timeout only has to outlast a
+    # forwarded request on a loaded machine: 2 s is far from both.
+    acme = Client(proxy, token, timeout_s=2.0)
     async with acme, acme.producer("acme", "orders", idempotent=idempotent) as producer:
         for n in range(50):
             await producer.send(JOB | {"body": {"n": n}})
