@@ -163,6 +163,8 @@ def paced_row(case: dict[str, Any]) -> dict[str, Any]:
         return row | {"error": case["error"]}
     row |= {k: case.get(k) for k in PACED_FIGURES}
     row["delivered_vs_quota_sum"] = round(case["delivered_per_s"] / case["offered_per_s"], 3)
+    # how long the worker waited for a CPU while runnable: a busy machine, not the link
+    row["worker_runqueue_wait_pct"] = case.get("worker_runqueue_wait", {}).get("waited_pct")
     return row
 
 

@@ -19,6 +19,12 @@ Then, in the same run, the saturated W2 worker run (:func:`emq.bench.workloads._
 ``w2_worker_cpu_us_per_job``, and per case ``cpu_ratio_to_w2`` (issue 32's target: at most 1.5).
 A case is ``paced`` when the worker delivered at least 95 % of what was offered; a case
 offering more than the worker can deliver is a saturated run and is reported, not judged.
+
+Behind a link (``--redis-rtt-ms``, :mod:`emq.bench.netlink`, which judges the quota) a case also
+has the proxy's ``proxy_cpu_s_per_1000_jobs``, its topics' busiest sliding second and least rate
+over the measured seconds as shares of ``q`` (``sliding_max``, ``sustained_min``: the sink
+records its arrivals then) and ``worker_runqueue_wait``, how long the worker's loop waited for a
+CPU meanwhile.
 """
 
 from __future__ import annotations
@@ -28,7 +34,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from emq.bench.harness import CpuMeter, Harness, job_item, preload, round_robin, stopping, topic_ref
+from emq.bench.harness import (
+    CpuMeter,
+    Harness,
+    RunQueueWait,
+    job_item,
+    preload,
+    round_robin,
+    stopping,
+    topic_ref,
+)
 from emq.bench.workloads import (
     SENDERS,
     _w2_worker,
@@ -151,6 +166,7 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
         switches = thread_switches(worker.pid)
         arrived = (await h.sink_call("/_stats"))["requests"]
         meter = CpuMeter({"worker": worker.pid, **h.link_pids()}).start()
+        waited = RunQueueWait(worker.pid).start() if h.record else None
         began = time.time()
         await asyncio.sleep(seconds)
         used = meter.read()
@@ -168,8 +184,10 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
     )
     if "proxy" in used:  # Redis behind emq.rigs.netdelay (emq.bench.netlink): its CPU apart
         figures["proxy_cpu_s_per_1000_jobs"] = round(1000 * used["proxy"] / figures["delivered"], 4)
-    if h.record:  # the quota per topic from the sink's arrival stamps, over the measured seconds
+    if waited is not None:  # the quota per topic from the sink's arrival stamps, and how long
+        # the worker's loop waited for a CPU meanwhile (a busy machine's part in a short rate)
         figures |= await _sliding(h, topic_names, qps, began, used["wall_s"])
+        figures["worker_runqueue_wait"] = waited.read()
     return figures
 
 
