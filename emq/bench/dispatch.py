@@ -146,6 +146,7 @@ async def run_async(
     table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] | None = None,
 ) -> list[dict[str, Any]]:
     record = any(r in ("W3", "W11", "W12") for r in runs)  # (a log costs the sink: only when read)
+    record |= bool(rtts) and "paced" in runs  # (behind a link, paced's quota is judged too)
     table = table or RUNS
     with tempfile.TemporaryDirectory(prefix="emq-bench-dispatch-") as tmp:
         async with Harness.running(Path(tmp), record=record, competitor=competitor) as h:
@@ -229,14 +230,17 @@ def run(
     runs = netlink.plan(workload, noop) if redis_rtt_ms else plan(workload, noop)
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
-    if (topics is not None or quotas is not None) and workload != "paced":
-        raise EmqError("--topics and --quota apply to --workload paced only")
+    if (topics is not None or quotas is not None) and "paced" not in runs:
+        raise EmqError(
+            "--topics and --quota apply to --workload paced only (or all, with --redis-rtt-ms)"
+        )
+    default_topics, default_quotas = netlink.PACED if redis_rtt_ms else (TOPICS, QUOTAS)
     table: dict[str, Callable[[Harness, float], Awaitable[dict[str, Any]]]] = {
         **RUNS,
         "paced": functools.partial(
             paced,
-            topics=parse_counts(topics, "--topics", MAX_TOPICS) if topics else TOPICS,
-            quotas=parse_counts(quotas, "--quota", MAX_QUOTA) if quotas else QUOTAS,
+            topics=parse_counts(topics, "--topics", MAX_TOPICS) if topics else default_topics,
+            quotas=parse_counts(quotas, "--quota", MAX_QUOTA) if quotas else default_quotas,
         ),
     }
     try:

@@ -31,7 +31,7 @@ from adapters.redis_queue import RedisQueueBackend, connect
 from emq.core.errors import EmqError
 from emq.core.interfaces import PutItem
 from emq.core.model import Envelope, Job, Namespace, QueueRef, TopicRef
-from emq.rigs.netdelay import DelayProcess
+from emq.rigs.netdelay import DelayProcess, redis_hop
 from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
@@ -404,20 +404,13 @@ class Harness:
         if rtt_ms is None:
             yield
             return
-        self.link = DelayProcess(
-            free_port(),
-            ("127.0.0.1", self.redis.port),
-            rtt_ms,
-            self.tmp / f"netdelay-{rtt_ms:g}.log",
-        )
-        await self.link.start()
-        self.service_redis_url = f"redis://127.0.0.1:{self.link.port}/0"
-        try:
-            yield
-        finally:
-            self.service_redis_url = self.redis_url
-            self.link.stop()
-            self.link = None
+        async with redis_hop(self.redis.port, rtt_ms, self.tmp) as self.link:
+            self.service_redis_url = self.link.redis_url()
+            try:
+                yield
+            finally:
+                self.service_redis_url = self.redis_url
+                self.link = None
 
     def link_pids(self) -> dict[str, int]:
         """``{"proxy": pid}`` while a link is up, for a :class:`CpuMeter`; else nothing."""

@@ -38,6 +38,7 @@ import aiohttp
 from capacity import group_count
 from emq.api.enqueue import jump_hash
 from emq.bench import promises
+from emq.bench.harness import CpuMeter
 from emq.bench.machine import describe
 from emq.bench.rig import ADMIN_TOKEN, BODY, TENANT, Rig
 from emq.core.errors import EmqError
@@ -344,16 +345,27 @@ def _steady(spec: Spec) -> list[str]:
     return [t.name for t in spec.topics if t.kind == "steady" and t.jobs >= STEADY_MIN_JOBS]
 
 
-async def run_one(spec: Spec) -> dict[str, Any]:
-    """One seed on a fresh rig (any error is reported, not raised: other seeds still run)."""
+async def run_one(spec: Spec, redis_rtt_ms: float | None = None) -> dict[str, Any]:
+    """One seed on a fresh rig (any error is reported, not raised: other seeds still run).
+    With ``redis_rtt_ms``, the workers and the API reach Redis through the delaying proxy
+    (:class:`Rig`); ``redis_link`` then says what it carried and its CPU over the run."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"emq-promises-{spec.seed}-") as tmp:
-        async with Rig.running(Path(tmp)) as rig:
+        async with Rig.running(Path(tmp), redis_rtt_ms=redis_rtt_ms) as rig:
+            proxy = CpuMeter({"proxy": rig.link.pid} if rig.link else {}).start()
             try:
                 out = await run_seed(rig, spec)
             except Exception as e:
                 out = {"seed": spec.seed, "figures": {}, "pass": {}, "error": repr(e)}
                 out["spec"] = spec.to_dict()
+            used = proxy.read()
+        if rig.link is not None:  # (stopped now: it has told how many connections it relayed)
+            out["redis_link"] = {
+                "rtt_ms": rig.link.rtt_ms,
+                "proxy_connections": rig.link.connections,
+                "proxy_cpu_s": round(used["proxy"], 2),
+                "proxy_cpu_pct_of_core": round(100 * used["proxy"] / used["wall_s"], 1),
+            }
     return out | {"seconds": round(time.monotonic() - started, 1)}
 
 
@@ -374,9 +386,11 @@ def run(
     duration_s: float = 20.0,
     max_qps: int = 3000,
     say: Callable[[str], None] = lambda _: None,
+    redis_rtt_ms: float | None = None,
 ) -> dict[str, Any]:
     """Every seed in turn: one document with the per-seed results, the worst figures and the
-    verdict per promise (a promise no seed measured is neither met nor broken)."""
+    verdict per promise (a promise no seed measured is neither met nor broken); with
+    ``redis_rtt_ms``, Redis a hop away from the workers and the API (:func:`run_one`)."""
     import uvloop
 
     started = time.monotonic()
@@ -384,7 +398,7 @@ def run(
     for seed in seeds:
         spec = make_spec(seed, duration_s, max_qps)
         say(f"promises seed {seed}: {[(t.kind, t.qps) for t in spec.topics]}...")
-        results.append(uvloop.run(run_one(spec)))
+        results.append(uvloop.run(run_one(spec, redis_rtt_ms)))
         say(f"promises seed {seed}: {results[-1].get('error') or results[-1]['pass']}")
     figures = worst(results)
     verdict = {

@@ -8,13 +8,19 @@ directly. Every workload asked for runs once per link, in this order: Redis dire
 
 ``--workload all`` here means the workloads a hop changes: W2 (throughput: the worker's best of
 two runs; the HTTP client's ceiling does not touch Redis, so it is not run), W3 (the quota in every
-sliding second, from the sink's arrival stamps) and W5 (latency of high-priority jobs). Each
-result carries ``redis_link`` (the round-trip time, and the proxy's CPU over the workload); W2's
-also the proxy's CPU per job. ``network`` compares the links against the issue's targets:
+sliding second, from the sink's arrival stamps), W5 (latency of high-priority jobs) and paced
+(:mod:`.workloads_paced`: by default :data:`PACED`, 100 topics at quota 10, unless ``--topics`` /
+``--quota`` say otherwise; the sink records, so each case also has its topics' busiest sliding
+second). Each result carries ``redis_link`` (the round-trip time, and the proxy's CPU over the
+workload); W2's also the proxy's CPU per job, each paced case the proxy's CPU-s per 1000 jobs.
+``network`` compares the links against the issue's targets:
 
 * W2 jobs/s at every round-trip time within 10 % of Redis directly;
 * W5's p99 at most ``3 x rtt + 20`` ms;
-* W3's busiest sliding second and sustained rate as without the hop (its own targets).
+* W3's busiest sliding second and sustained rate as without the hop (its own targets);
+* paced: delivered/s within :data:`PACED_WITHIN` of the quota sum (``topics x qps``: a backlog
+  is always there), and no topic over its quota (``qps`` + 1 for its one group) in any sliding
+  second.
 """
 
 from __future__ import annotations
@@ -27,7 +33,9 @@ from emq.bench.machine import describe
 from emq.bench.workloads import SENDERS, TARGETS, W2_TOPICS, _w2_worker, judge
 from emq.core.errors import EmqError
 
-RUNS = ["W2", "W3", "W5"]
+RUNS = ["W2", "W3", "W5", "paced"]
+PACED = ((100,), (10,))  # the paced case behind a link unless --topics/--quota: (topics, quotas)
+PACED_WITHIN = (0.95, 1.02)  # delivered/s over the quota sum
 W2_WITHIN = 0.9  # of Redis directly's jobs/s
 W5_RTT_FACTOR, W5_SLACK_MS = 3, 20.0
 
@@ -118,14 +126,58 @@ def compare(results: list[dict[str, Any]]) -> dict[str, Any]:
             row["W3_sustained_min"] = r["sustained_min"]
             for key in ("sliding_max", "sustained_min"):
                 passed[f"W3 {key} {label(rtt)}"] = r["pass"][key]
+        elif r["workload"] == "paced":
+            row["paced"] = [paced_row(c) for c in r["cases"]]
+            row["paced_w2_worker_cpu_us_per_job"] = r["w2_worker_cpu_us_per_job"]
+            for case in row["paced"]:
+                passed |= {f"{k} {label(rtt)}": ok for k, ok in paced_verdicts(case).items()}
     targets = {
         "W2": f"jobs/s >= {W2_WITHIN} x direct at every rtt",
         "W5": f"high p99 <= {W5_RTT_FACTOR} x rtt + {W5_SLACK_MS:g} ms",
         "W3": f"sliding_max {TARGETS['W3']['sliding_max'][0]} "
         f"{TARGETS['W3']['sliding_max'][1]:g}, sustained_min "
         f"{TARGETS['W3']['sustained_min'][0]} {TARGETS['W3']['sustained_min'][1]:g}",
+        "paced": f"delivered/s {PACED_WITHIN[0]:g} to {PACED_WITHIN[1]:g} x topics x qps; "
+        "every topic's busiest sliding second <= qps + 1",
     }
     return {"targets": targets, "pass": passed, "links": rows}
+
+
+PACED_FIGURES = (
+    "offered_per_s",
+    "delivered_per_s",
+    "worker_cpu_s_per_1000_jobs",
+    "proxy_cpu_s_per_1000_jobs",
+    "redis_commands_per_job",
+    "wakeups_per_s",
+    "sliding_max",
+    "sustained_min",
+    "cpu_ratio_to_w2",
+)
+
+
+def paced_row(case: dict[str, Any]) -> dict[str, Any]:
+    """One paced case's figures on a link (``error`` if it measured nothing)."""
+    row = {"case": f"{case['topics']}x{case['qps']}", "qps": case["qps"]}
+    if "error" in case:
+        return row | {"error": case["error"]}
+    row |= {k: case.get(k) for k in PACED_FIGURES}
+    row["delivered_vs_quota_sum"] = round(case["delivered_per_s"] / case["offered_per_s"], 3)
+    # how long the worker waited for a CPU while runnable: a busy machine, not the link
+    row["worker_runqueue_wait_pct"] = case.get("worker_runqueue_wait", {}).get("waited_pct")
+    return row
+
+
+def paced_verdicts(row: dict[str, Any]) -> dict[str, bool]:
+    """The quota promise on one paced case (a :func:`paced_row`): the rate it sustained against
+    the quota sum, and each topic's busiest sliding second against its limit (``qps`` + 1)."""
+    low, high = PACED_WITHIN
+    ratio, sliding = row.get("delivered_vs_quota_sum"), row.get("sliding_max")
+    return {
+        f"paced {row['case']} delivered/s vs quota sum": ratio is not None and low <= ratio <= high,
+        f"paced {row['case']} sliding second": sliding is not None
+        and round(sliding * row["qps"]) <= row["qps"] + 1,  # (a count of arrivals)
+    }
 
 
 def _rtt(result: dict[str, Any]) -> float | None:
@@ -136,8 +188,10 @@ def _rtt(result: dict[str, Any]) -> float | None:
 def summary(doc: dict[str, Any]) -> str:
     lines = ["per link (Redis directly, then through the delaying proxy):"]
     for name, row in doc["network"]["links"].items():
-        figures = "  ".join(f"{k} {v}" for k, v in row.items() if k not in ("rtt_ms", "via_proxy"))
-        lines.append(f"  {name:<16} {figures}")
+        shown = {k: v for k, v in row.items() if k not in ("rtt_ms", "via_proxy", "paced")}
+        lines.append(f"  {name:<16} " + "  ".join(f"{k} {v}" for k, v in shown.items()))
+        for case in row.get("paced", []):
+            lines.append(f"  {'':<16} paced " + "  ".join(f"{k} {v}" for k, v in case.items()))
     for key, ok in doc["network"]["pass"].items():
         lines.append(f"  {key:<44} {'ok' if ok else 'MISSED'}")
     return "\n".join(lines)

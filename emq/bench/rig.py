@@ -42,6 +42,7 @@ from emq.core.model import (
 )
 from emq.core.naming import RedisKeys
 from emq.core.settings import Settings
+from emq.rigs.netdelay import DelayProcess, redis_hop
 from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
@@ -79,11 +80,20 @@ class Rig:
         self._log: list[Delivery] = []
         self._log_next = 0
         self._topics: dict[str, Topic] = {}
+        # With ``redis_rtt_ms`` (``running``), the workers and the API (``env``) reach Redis
+        # through a delaying proxy (emq.rigs.netdelay) started with the servers and stopped
+        # after every process; the rig's own clients (enqueuing, the DLQ, judging) dial Redis.
+        self.redis_rtt_ms: float | None = None
+        self.link: DelayProcess | None = None
+        self._links = contextlib.AsyncExitStack()
 
     @classmethod
     @contextlib.asynccontextmanager
-    async def running(cls, tmp: Path, session_s: float = 4.0) -> AsyncIterator[Rig]:
+    async def running(
+        cls, tmp: Path, session_s: float = 4.0, redis_rtt_ms: float | None = None
+    ) -> AsyncIterator[Rig]:
         rig = cls(tmp, session_s)
+        rig.redis_rtt_ms = redis_rtt_ms
         try:
             await rig._start()
             yield rig
@@ -92,6 +102,9 @@ class Rig:
 
     async def _start(self) -> None:
         self._start_servers()
+        if self.redis_rtt_ms is not None:
+            hop = redis_hop(self.redis.port, self.redis_rtt_ms, self.tmp)
+            self.link = await self._links.enter_async_context(hop)
         await self._sink.start()
         self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=30))
         self._queues = await open_queues(self.settings)
@@ -107,6 +120,8 @@ class Rig:
         for proc in self.procs:
             with contextlib.suppress(Exception):
                 proc.stop()
+        with contextlib.suppress(Exception):
+            await self._links.aclose()
         for resource in (self._queues, self._config):
             with contextlib.suppress(Exception):
                 if resource is not None:
@@ -270,12 +285,17 @@ class Rig:
 
     # ----------------------------------------------------------------------- processes
 
+    @property
+    def service_redis_url(self) -> str:
+        """The Redis URL the workers and the API get: through the link while there is one."""
+        return self.settings.redis_url if self.link is None else self.link.redis_url()
+
     def env(self, **extra: str) -> dict[str, str]:
         base = {k: v for k, v in os.environ.items() if not k.startswith("EMQ_")}
         return (
             base
             | {
-                "EMQ_REDIS_URL": self.settings.redis_url,
+                "EMQ_REDIS_URL": self.service_redis_url,
                 "EMQ_ZK_HOSTS": self.settings.zk_hosts,
                 "EMQ_REDIS_KEY_PREFIX": self.settings.redis_key_prefix,
                 "EMQ_ADMIN_TOKEN": ADMIN_TOKEN,

@@ -94,7 +94,7 @@ async def w3(h: Harness, duration_s: float) -> dict[str, Any]:
 
 
 async def _sliding(
-    h: Harness, topics: list[str], qps: int, first: int, seconds: int
+    h: Harness, topics: list[str], qps: int, first: float, seconds: float
 ) -> dict[str, Any]:
     """From the sink's delivery log: per topic, the busiest sliding 1000 ms window and the rate
     over the measured seconds, as shares of ``qps`` (the worst topic's, and the p99/mean)."""

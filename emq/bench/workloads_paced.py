@@ -19,6 +19,12 @@ Then, in the same run, the saturated W2 worker run (:func:`emq.bench.workloads._
 ``w2_worker_cpu_us_per_job``, and per case ``cpu_ratio_to_w2`` (issue 32's target: at most 1.5).
 A case is ``paced`` when the worker delivered at least 95 % of what was offered; a case
 offering more than the worker can deliver is a saturated run and is reported, not judged.
+
+Behind a link (``--redis-rtt-ms``, :mod:`emq.bench.netlink`, which judges the quota) a case also
+has the proxy's ``proxy_cpu_s_per_1000_jobs``, its topics' busiest sliding second and least rate
+over the measured seconds as shares of ``q`` (``sliding_max``, ``sustained_min``: the sink
+records its arrivals then) and ``worker_runqueue_wait``, how long the worker's loop waited for a
+CPU meanwhile.
 """
 
 from __future__ import annotations
@@ -28,7 +34,16 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from emq.bench.harness import CpuMeter, Harness, job_item, preload, round_robin, stopping, topic_ref
+from emq.bench.harness import (
+    CpuMeter,
+    Harness,
+    RunQueueWait,
+    job_item,
+    preload,
+    round_robin,
+    stopping,
+    topic_ref,
+)
 from emq.bench.workloads import (
     SENDERS,
     _w2_worker,
@@ -37,6 +52,7 @@ from emq.bench.workloads import (
     topic_specs,
     wait_first_delivery,
 )
+from emq.bench.workloads_pace import _sliding
 from emq.core.errors import EmqError
 from emq.core.model import Priority
 
@@ -149,13 +165,15 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
         calls = await command_calls(h)
         switches = thread_switches(worker.pid)
         arrived = (await h.sink_call("/_stats"))["requests"]
-        meter = CpuMeter({"worker": worker.pid}).start()
+        meter = CpuMeter({"worker": worker.pid, **h.link_pids()}).start()
+        waited = RunQueueWait(worker.pid).start() if h.record else None
+        began = time.time()
         await asyncio.sleep(seconds)
         used = meter.read()
         switches_end = thread_switches(worker.pid)
         arrived_end = (await h.sink_call("/_stats"))["requests"]
         calls_end = await command_calls(h)
-    return case_figures(
+    figures = case_figures(
         topics,
         qps,
         used["wall_s"],
@@ -164,6 +182,13 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
         (switches_end[0] - switches[0], switches_end[1] - switches[1]),
         calls_between(calls, calls_end),
     )
+    if "proxy" in used:  # Redis behind emq.rigs.netdelay (emq.bench.netlink): its CPU apart
+        figures["proxy_cpu_s_per_1000_jobs"] = round(1000 * used["proxy"] / figures["delivered"], 4)
+    if waited is not None:  # the quota per topic from the sink's arrival stamps, and how long
+        # the worker's loop waited for a CPU meanwhile (a busy machine's part in a short rate)
+        figures |= await _sliding(h, topic_names, qps, began, used["wall_s"])
+        figures["worker_runqueue_wait"] = waited.read()
+    return figures
 
 
 async def paced(

@@ -31,10 +31,19 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.name == "promises":
         from emq.bench import mixed
 
-        doc = mixed.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+        if args.redis_rtt_ms:  # issue 32: Redis a hop away (emq.bench.netlink_promises)
+            from emq.bench import netlink_promises as hop
+            from emq.bench.netlink import parse_rtts
+
+            rtts = parse_rtts(args.redis_rtt_ms)
+            doc, summary = hop.run_cli(args.seeds, args.duration_s, rtts, say=say), hop.summary
+        else:
+            doc = mixed.run_cli(args.seeds, args.duration_s, say=say)
+            summary = mixed.summary
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
-        print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
+        print(json.dumps(doc, indent=2) if args.json else summary(doc))
         return 0 if doc["ok"] else 1
     if args.name == "regroup":  # issue 31: a group-count change under load (emq.bench.regroup)
         from emq.bench import regroup
@@ -291,7 +300,9 @@ def add_commands(sub: Subparsers) -> None:
         "--redis-rtt-ms",
         metavar="MS[,MS...]",
         help="dispatch: also run with the worker reaching Redis through a delaying proxy, at 0 ms "
-        "and at each round-trip time given (e.g. 0.5,2); --workload all means W2, W3, W5",
+        "and at each round-trip time given (e.g. 0.5,2); --workload all means W2, W3, W5 and "
+        "paced (100 topics x quota 10 unless --topics/--quota); promises: run the seeds at each "
+        "round-trip time given instead, workers and API through the proxy",
     )
     bench.add_argument(
         "--out",

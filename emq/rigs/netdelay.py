@@ -33,6 +33,7 @@ import heapq
 import itertools
 import logging
 import os
+import re
 import signal
 import socket
 import sys
@@ -438,7 +439,7 @@ async def _serve(listen: tuple[str, int], backend: tuple[str, int], rtt_ms: floa
     async with DelayProxy.running(backend, rtt_ms / 1000, *listen) as proxy:
         print(f"listening on {listen[0]}:{proxy.port}, rtt {rtt_ms} ms", flush=True)
         await stop.wait()
-        log.info("stopping after %d connections", proxy.connections)
+        print(f"stopped after {proxy.connections} connections", flush=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -461,7 +462,8 @@ def main(argv: list[str] | None = None) -> None:
 
 class DelayProcess:
     """``python -m emq.rigs.netdelay`` as a child process on ``port`` (the benchmarks' network
-    hop): :meth:`start` waits until it accepts, :meth:`stop` ends it; ``pid`` for its CPU."""
+    hop): :meth:`start` waits until it accepts, :meth:`stop` ends it; ``pid`` for its CPU, and
+    once stopped, ``connections``: how many it relayed (None if it did not say)."""
 
     def __init__(self, port: int, backend: tuple[str, int], rtt_ms: float, log_path: Path) -> None:
         from emq.rigs.procs import Proc
@@ -471,6 +473,7 @@ class DelayProcess:
         argv = ["--listen", f"127.0.0.1:{port}", "--to", f"{backend[0]}:{backend[1]}"]
         argv += ["--rtt-ms", repr(rtt_ms)]
         self.proc = Proc("netdelay", argv, None, log_path, module=__name__, start=False)
+        self.connections: int | None = None
 
     @property
     def pid(self) -> int:
@@ -490,6 +493,28 @@ class DelayProcess:
 
     def stop(self) -> None:
         self.proc.stop(10)
+        said = re.search(r"stopped after (\d+) connections", self.proc.log(400))
+        self.connections = int(said[1]) if said else None
+
+    def redis_url(self, db: int = 0) -> str:
+        """The URL of the Redis behind it, reached through it."""
+        return f"redis://127.0.0.1:{self.port}/{db}"
+
+
+@contextlib.asynccontextmanager
+async def redis_hop(redis_port: int, rtt_ms: float, log_dir: Path) -> AsyncIterator[DelayProcess]:
+    """A :class:`DelayProcess` on a free port in front of the Redis on loopback ``redis_port``,
+    running for the block (its log ``netdelay-<rtt>.log`` in ``log_dir``)."""
+    from emq.stack import free_port
+
+    hop = DelayProcess(
+        free_port(), ("127.0.0.1", redis_port), rtt_ms, log_dir / f"netdelay-{rtt_ms:g}.log"
+    )
+    await hop.start()
+    try:
+        yield hop
+    finally:
+        hop.stop()
 
 
 if __name__ == "__main__":
