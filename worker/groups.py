@@ -79,10 +79,9 @@ if TYPE_CHECKING:
 # sees every request at most LATE_S + the margin after its stamp, whatever the margin: the
 # margin only sets how many grants are moved (at 0, a quarter of them in a scratch run beside a
 # busy loop; at 0.5 ms, 3 in 10 000 under W3 beside a busy loop: the write follows the gate by
-# 34-57 us at the median, 0.15-0.19 ms at p99.9). Its window is 1.0025 s. (A 1 ms margin, tried on
-# 2026-11-25, was taken back when CI saw 152 at 150 QPS in a sliding second. The cause was in
-# the sink, not the worker: a request that came before its connection was accepted was stamped
-# at the sink's read, a stall late; emq.rigs.stamped.)
+# 34-57 us at the median, 0.15-0.19 ms at p99.9). Its window is 1.0025 s. (A receiver that
+# stamps a request at its own read, not at the kernel's arrival, sees it a stall late and can
+# count one too many in a sliding second: the test sinks stamp with the kernel, emq.rigs.stamped.)
 #
 # Why LATE_S is small (2 ms; it was 10): a backlogged group's log is self-clocked, so one of its
 # grant "lanes" cycles every 1 s + margin + max(LATE_S, X), X being how late its job reached a
@@ -90,9 +89,8 @@ if TYPE_CHECKING:
 # of the event loop, 7 ms at the median under W3, 12 ms beside a busy loop). A larger LATE_S
 # hides the late part of X but is paid in the window by every job, late or not: the smallest
 # LATE_S loses least. The price is a restamp (capacity.rate, O(1) for the newest grant) for most
-# jobs of a busy worker instead of the late ones: about a microsecond each. Measured (`emq bench
-# dispatch --workload W3 --json`, three pairs alternated, 2026-11-25): sustained_min 0.9833-0.9867
-# against 0.98-0.9827 with 10 ms and 1.015 s, sliding_max 1.0 in both.
+# jobs of a busy worker instead of the late ones: about a microsecond each. `emq bench dispatch
+# --workload W3 --json`, alternated against 10 ms and a 1.015 s window, compares the two.
 # A job sent more than this after its grant's stamp has its grant moved (see
 # worker.runtime._reserve_again); grants are stamped up to this before they are made
 # (capacity.rate, "Back-dating"): a dispatcher late to a freed grant by less loses nothing.
@@ -111,17 +109,14 @@ def grant_window_s(write_margin_s: float) -> float:
 
 
 GRANT_WINDOW_S = grant_window_s(Pusher.write_margin_s)  # (the default: aiohttp's)
-# The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). A 100 ms bucket was
-# tried (2026-11-25): beside a busy loop the event loop stalls 30-50 ms several times a second and
-# every stall overflows a 30 ms bucket, so W3 --competitor rose from 0.90-0.975 to 0.97-0.977
-# (sustained_min, four alternated pairs). It was taken back: the grants a bucket lets out at one
-# instant stay together in the self-clocked log, so a group sent 16 at once every 1.007 s, and a
-# wall-clock second that fell between two such bursts held 134 at 150 QPS (CI, and 7 of 200
-# simulated quota changes; 144 at worst with 30 ms). Recovering a stall without that needs the
-# overflow paid back paced (a credit drained a little faster than the quota), not at once.
-# A bucket keeping up to 100 ms of accrual for a group short of tokens at its last look was
-# tried later that day: +26 points in a simulation, nothing on the real worker beside the busy
-# loop, where the log's lanes lose, not the bucket (docs/benchmarks.md, W3, "fifth session").
+# The pacing bucket keeps QpsCounter's default (30 ms of the quota's accrual). Beside a busy loop
+# the event loop stalls 30-50 ms several times a second and a stall overflows a 30 ms bucket, so
+# a larger one would recover part of a stall (W3 --competitor's sustained_min). It is not used:
+# the grants a bucket lets out at one instant stay together in the self-clocked log, so a group
+# with a 100 ms bucket sends 16 at once every 1.007 s, and a wall-clock second between two such
+# bursts holds far less than the quota (134 at 150 QPS). Recovering a stall without that needs the
+# overflow paid back paced (a credit drained a little faster than the quota), not at once; and
+# beside a busy loop it is the log's lanes that lose, not the bucket (the spare lane's reason).
 
 
 class GrantLog(QpsCounter):

@@ -1,10 +1,10 @@
 """Background loops that stop when cancelled, even when a driver swallowed the cancel.
 
 A cancel that lands inside a Redis call can be swallowed by the driver (redis-py): the task
-stays "cancelling" and its ``while True`` goes on. Seen twice: the replay mover ticking on
-(``worker.replay``), and the API's enqueue history (``emq.api.history``) keeping its app's
-cleanup waiting until pytest-timeout ended the test, 120 s later (CI, 2026-11-25). A loop that
-calls :func:`raise_if_cancelling` once per turn honours the cancel on its next turn.
+stays "cancelling" and its ``while True`` goes on: the replay mover ticking on
+(``worker.replay``), or the API's enqueue history (``emq.api.history``) holding its app's
+cleanup until something else kills the process. A loop that calls :func:`raise_if_cancelling`
+once per turn honours the cancel on its next turn.
 """
 
 from __future__ import annotations
