@@ -223,6 +223,29 @@ def test_priority_a_keys_lows_passing_its_waiting_high_are_inversions() -> None:
     assert out["inversions"] == 3 and out["worst"] == [3, "kh"]
 
 
+def test_priority_in_worker_counts_overtaken_jobs_whose_queue_was_read_past_them() -> None:
+    """A high accepted at 10.0 is passed by lows from 10.3 on. A high of its group made after
+    that 202 (so stored behind it) delivered before the first passing low shows the worker had
+    read it: a dispatch-stage inversion. One delivered after the lows shows nothing of the kind
+    (the high may still have been in the store), nor does a high of the same batch (a read may
+    split a batch), nor a later medium (another queue). The inversions counted are the same."""
+    grace = {"a": priority_grace_s(Quota(10))}  # 0.25 s
+    lows = [job(at, f"l{i}", "low", enqueued=1.0) for i, at in enumerate((10.3, 10.4))]
+    high = job(10.6, "h", "high", enqueued=9.9, accepted=10.0)
+    read = job(10.2, "h2", "high", enqueued=10.05)  # made after h's 202, delivered first
+    for extra, in_worker in (
+        ([read], 1),
+        ([job(10.5, "h2", "high", enqueued=10.2)], 0),  # after the first passing low
+        ([job(10.2, "h2", "high", enqueued=9.95, accepted=10.0)], 0),  # h's own batch
+        ([job(10.2, "m", "medium", enqueued=10.05)], 0),  # the medium queue, not h's
+        ([job(10.2, "h2", "high", enqueued=10.05, group=1)], 0),  # another group
+    ):
+        out = priority_inversions([*lows, high, *extra], grace)
+        assert (out["inversions"], out["in_worker"]) == (2, in_worker), extra
+    # Nothing overtaken, nothing in the worker's count.
+    assert priority_inversions([read, high], grace)["in_worker"] == 0
+
+
 # --------------------------------------------------------------------------- key order
 
 
