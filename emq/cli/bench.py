@@ -31,7 +31,8 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
     if args.name == "promises":
         from emq.bench import mixed
 
-        doc = mixed.run_cli(args.seeds, args.duration_s, say=lambda s: print(s, file=sys.stderr))
+        say = lambda s: print(s, file=sys.stderr)  # noqa: E731
+        doc = mixed.run_cli(args.seeds, args.duration_s, say, args.seed or (), args.log)
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
         print(json.dumps(doc, indent=2) if args.json else mixed.summary(doc))
@@ -244,6 +245,18 @@ def add_commands(sub: Subparsers) -> None:
         default=3,
         help="promises: run the randomized mixed workloads of seeds 1..N (3); faults: run "
         "cluster_failover once per seed 1..N; regroup: one run per seed 1..N",
+    )
+    bench.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        metavar="K",
+        help="promises: run seed K only (repeat for several; instead of --seeds)",
+    )
+    bench.add_argument(
+        "--log",
+        metavar="DIR",
+        help="promises: keep each seed's delivery log and checker inputs in DIR/seed-K.json",
     )
     bench.add_argument(
         "--trials",

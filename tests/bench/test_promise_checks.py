@@ -4,6 +4,8 @@ rate, priority order, key order, isolation), and the verdict table built from th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from emq.bench import mixed
 from emq.bench.promises import (
     BOUNDS,
@@ -280,7 +282,11 @@ def test_parse_log_reads_enqueue_time_delay_and_sequence() -> None:
 
 
 def test_bench_promises_bad_arguments_are_one_line_and_a_non_zero_exit() -> None:
-    for args, word in ((["--seeds", "0"], "--seeds"), (["--duration-s", "1"], "--duration-s")):
+    for args, word in (
+        (["--seeds", "0"], "--seeds"),
+        (["--duration-s", "1"], "--duration-s"),
+        (["--seed", "0"], "--seed"),
+    ):
         line = bench_error("promises", *args)
         assert line.startswith("emq: error: ") and word in line, line
 
@@ -327,3 +333,27 @@ def test_key_overlaps_are_requests_of_a_key_sent_before_the_previous_was_answere
     assert key_overlaps(two_in_flight, {}) == 0  # an endpoint answering at once shows nothing
     out = check(two_in_flight, [], [], {"a": Quota(10)}, answer_s={"a": 0.3})
     assert verdict(out)["key_overlaps"] is False
+
+
+def test_kept_inputs_are_judged_again_as_they_were(tmp_path: Path) -> None:
+    """``emq bench promises --log DIR`` keeps what the checker judged; judged again from the
+    file, every figure is the same."""
+    log = [
+        job(10.5, "l1", "low", enqueued=1.0),
+        job(11.0, "h1", "high", enqueued=10.0, key="k", seq=0),
+        d(11.2, "x", "b", status=500),
+    ]
+    quotas = {"a": Quota(10), "b": Quota(5)}
+    inputs = {
+        "faults": [12.0],
+        "changes": {"a": [(10.8, Quota(20, 1))]},
+        "steady": ["a"],
+        "misbehaving": ["b"],
+        "answer_s": {"b": 0.3},
+        "stored": {"y"},
+        "accepted_at": {"h1": 10.1},
+    }
+    mixed.keep_inputs(tmp_path / "seed-1.json", log, {"l1", "h1", "x", "y"}, {"x"}, quotas, inputs)
+    again = mixed.recheck(tmp_path / "seed-1.json")
+    assert again == check(log, {"l1", "h1", "x", "y"}, {"x"}, quotas, **inputs)  # type: ignore[arg-type]
+    assert again["priority"]["inversions"] == 1 and again["still_stored"] == 1
