@@ -41,6 +41,14 @@ after the read looked.
 In a fleet the signals and the due index are the worker's own (:mod:`emq.core.signals`): the API
 addresses each group's hints to its owner, so a worker reads its share of them, not the fleet's.
 
+One read is out at a time, and a read that also refills the mediums and lows of many groups is
+slow on a loaded machine. So a ready signal handled while a read is out also puts its group in
+the *high lane*: a read of the signalled groups' high queues alone, sent at once beside the
+read that is out (one lane read out at a time; the signals that come meanwhile wait for the
+next). A high appended after a read was sent then waits for one small read, not for the big one
+and its own after it. Both replies may hold the same high entries; whichever comes second is cut
+to the entries past the queue's last fetched offset, so nothing is buffered twice.
+
 Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
 index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
 queues, and marks those groups hot.
@@ -97,6 +105,9 @@ class Fetcher:
         self._starved: dict[GroupState, None] = {}  # cut by the byte budget, in order
         self.reads = 0  # round trips, for metrics and benchmarks
         self.paused = False
+        self._out = 0  # reads out (see the high lane in the module doc)
+        self._lane: dict[GroupState, None] = {}  # groups whose high queue the lane reads next
+        self._lane_task: asyncio.Task[None] | None = None
 
     # ------------------------------------------------------------------ marking
 
@@ -124,6 +135,10 @@ class Fetcher:
     def signal(self, group: GroupState) -> None:
         group.mark_hot()
         self.want(group)
+        if self._out and not self.paused and not group.stopped:
+            self._lane[group] = None
+            if self._lane_task is None:
+                self._lane_task = asyncio.get_running_loop().create_task(self._read_highs())
 
     def pause(self, paused: bool) -> None:
         """Stop (True) or restart (False) reading from the store; buffered jobs stay.
@@ -158,6 +173,13 @@ class Fetcher:
     # ------------------------------------------------------------------ fetching
 
     async def run(self) -> None:
+        try:
+            await self._run()
+        finally:
+            if self._lane_task is not None:
+                self._lane_task.cancel()
+
+    async def _run(self) -> None:
         while True:
             await self._wakeup.wait()
             self._wakeup.clear()
@@ -210,7 +232,11 @@ class Fetcher:
             return
         requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
         self.reads += 1
-        found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+        self._out += 1
+        try:
+            found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+        finally:
+            self._out -= 1
         mono = time.monotonic()
         touched: dict[GroupState, None] = {}
         jobs = size = 0
@@ -222,7 +248,7 @@ class Fetcher:
                 continue
             progress, buffer = g.progress[q], g.filling()[i]
             if entries[0].offset <= progress.last_fetched:
-                entries = self._unseen(q, entries, progress.last_fetched)
+                entries = self._unseen(q, entries, progress.last_fetched, quiet=i == 0)
             for e in entries:
                 progress.fetched(e.offset)
                 buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
@@ -236,13 +262,71 @@ class Fetcher:
         for g in touched:
             self._on_jobs(g)
 
+    async def _read_highs(self) -> None:
+        """The high lane (see the module doc): read the high queues of the groups signalled
+        while a read was out, until none waits. A failed read is left to the main reads (its
+        groups are queued for one already)."""
+        try:
+            while self._lane and not self.paused:
+                groups, self._lane = list(self._lane), {}
+                reads = self._within_budget(self._plan_highs(groups))
+                if not reads:
+                    continue
+                requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
+                self.reads += 1
+                try:
+                    found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+                except BackendUnavailable as e:
+                    log.debug("high lane read of %d queue(s) failed (%s)", len(reads), e)
+                    continue
+                self._buffer_highs(reads, found)
+        finally:
+            self._lane_task = None
+
+    def _plan_highs(self, groups: list[GroupState]) -> list[Read]:
+        """The high queue of each of ``groups`` with room (at most half full), with its room."""
+        reads: list[Read] = []
+        for g in groups:
+            if g.stopped:
+                continue
+            target = g.fill_target(self._settings.buffer_seconds)
+            room = target - (len(g.buffers[0]) if g.buffers is not None else 0)
+            if room >= target - target // 2:
+                q = next(iter(g.progress))  # (high, medium, low)
+                reads.append((g, 0, q, min(room, MAX_ENTRIES_PER_QUEUE), g.signals))
+        return reads
+
+    def _buffer_highs(self, reads: list[Read], found: Mapping[QueueRef, list[Entry]]) -> None:
+        """Buffer what a high lane read found past each queue's last fetched offset (the main
+        read out beside it may have buffered some of it first)."""
+        mono = time.monotonic()
+        jobs = size = 0
+        for g, _, q, _, _ in reads:
+            progress = g.progress[q]
+            fresh = [e for e in found.get(q, ()) if e.offset > progress.last_fetched]
+            if g.stopped or not fresh:
+                continue
+            buffer = g.filling()[0]
+            for e in fresh:
+                progress.fetched(e.offset)
+                buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
+                size += len(e.payload)
+            jobs += len(fresh)
+            self._on_jobs(g)
+        self._account(jobs, size)
+
     @staticmethod
-    def _unseen(queue: QueueRef, entries: list[Entry], last: Offset) -> list[Entry]:
+    def _unseen(
+        queue: QueueRef, entries: list[Entry], last: Offset, quiet: bool = False
+    ) -> list[Entry]:
         """Entries of a reply that were fetched already (at or before ``last``, the queue's
         last fetched offset) are never buffered again: they would be delivered twice. A read
         is planned from the last fetched offset, so such a reply is an older read's (seen in a
-        Cluster failover, under the Redis client): logged, as a fault to find."""
+        Cluster failover, under the Redis client): logged, as a fault to find; ``quiet`` for a
+        high queue, which the high lane may have read meanwhile."""
         fresh = [e for e in entries if e.offset > last]
+        if quiet:
+            return fresh
         log.warning(
             "fetch of %s returned %d entries read before (up to %s); not buffered again",
             queue, len(entries) - len(fresh), last,

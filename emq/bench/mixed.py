@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 import logging
 import math
 import random
@@ -293,8 +294,9 @@ def _crash(run: Run) -> None:
     run.rig.worker(f"{victim.name}-r", False, **WORKER_ENV)
 
 
-async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
-    """Run ``spec`` on ``rig`` and check the log: figures, verdicts and the timeline."""
+async def run_seed(rig: Rig, spec: Spec, log_dir: Path | None = None) -> dict[str, Any]:
+    """Run ``spec`` on ``rig`` and check the log: figures, verdicts and the timeline; with
+    ``log_dir``, the checker's inputs are kept there too (:func:`keep_inputs`)."""
     base = await rig.api()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         run = Run(rig, spec, base, http)
@@ -317,19 +319,18 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
             if proc.name.startswith("w") and proc.alive:
                 proc.stop()  # (checkpoints: what it delivered is not counted as stored)
         log, dead, stored = await rig.deliveries(), await rig.dead_ids(), await rig.stored_ids()
-    result = promises.check(
-        log,
-        rig.accepted,
-        dead,
-        rig.quotas,
-        faults=run.faults,
-        changes=run.changes,
-        steady=[] if run.faults else _steady(spec),
-        misbehaving=[t.name for t in spec.topics if t.kind in MISBEHAVING],
-        answer_s={t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
-        stored=stored,
-        accepted_at=run.accepted_at,
-    )
+    inputs: dict[str, Any] = {
+        "faults": run.faults,
+        "changes": run.changes,
+        "steady": [] if run.faults else _steady(spec),
+        "misbehaving": [t.name for t in spec.topics if t.kind in MISBEHAVING],
+        "answer_s": {t.name: SLOW_MS / 1000 for t in spec.topics if t.kind == "slow"},
+        "stored": stored,
+        "accepted_at": run.accepted_at,
+    }
+    if log_dir is not None:
+        keep_inputs(log_dir / f"seed-{spec.seed}.json", log, rig.accepted, dead, rig.quotas, inputs)
+    result = promises.check(log, rig.accepted, dead, rig.quotas, **inputs)
     return {
         "seed": spec.seed,
         "figures": promises.figures(result),
@@ -341,20 +342,62 @@ async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
     }
 
 
+def keep_inputs(
+    path: Path,
+    log: Sequence[promises.Delivery],
+    accepted: set[str],
+    dead: set[str],
+    quotas: dict[str, promises.Quota],
+    inputs: dict[str, Any],
+) -> None:
+    """Write what :func:`promises.check` judged a seed on (the sink's log, the ids accepted
+    and dead, the quotas and the rest) as JSON, for :func:`recheck` and for reading."""
+    doc = {
+        "log": [dataclasses.astuple(d) for d in log],
+        "accepted": sorted(accepted),
+        "dead": sorted(dead),
+        "quotas": {t: dataclasses.asdict(q) for t, q in quotas.items()},
+        **inputs,
+        "stored": sorted(inputs["stored"]),
+        "changes": {
+            t: [(at, dataclasses.asdict(q)) for at, q in c] for t, c in inputs["changes"].items()
+        },
+    }
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(doc))
+
+
+def recheck(path: Path) -> dict[str, Any]:
+    """:func:`promises.check` again on the inputs :func:`keep_inputs` wrote."""
+    doc = json.loads(path.read_text())
+    quota = lambda q: promises.Quota(**q)  # noqa: E731
+    return promises.check(
+        [promises.Delivery(*row) for row in doc.pop("log")],
+        doc.pop("accepted"),
+        doc.pop("dead"),
+        {t: quota(q) for t, q in doc.pop("quotas").items()},
+        **doc
+        | {"changes": {t: [(at, quota(q)) for at, q in c] for t, c in doc["changes"].items()}},
+    )
+
+
 def _steady(spec: Spec) -> list[str]:
     return [t.name for t in spec.topics if t.kind == "steady" and t.jobs >= STEADY_MIN_JOBS]
 
 
-async def run_one(spec: Spec, redis_rtt_ms: float | None = None) -> dict[str, Any]:
+async def run_one(
+    spec: Spec, redis_rtt_ms: float | None = None, log_dir: Path | None = None
+) -> dict[str, Any]:
     """One seed on a fresh rig (any error is reported, not raised: other seeds still run).
     With ``redis_rtt_ms``, the workers and the API reach Redis through the delaying proxy
-    (:class:`Rig`); ``redis_link`` then says what it carried and its CPU over the run."""
+    (:class:`Rig`); ``redis_link`` then says what it carried and its CPU over the run. With
+    ``log_dir``, the seed's checker inputs are kept there (:func:`keep_inputs`)."""
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix=f"emq-promises-{spec.seed}-") as tmp:
         async with Rig.running(Path(tmp), redis_rtt_ms=redis_rtt_ms) as rig:
             proxy = CpuMeter({"proxy": rig.link.pid} if rig.link else {}).start()
             try:
-                out = await run_seed(rig, spec)
+                out = await run_seed(rig, spec, log_dir)
             except Exception as e:
                 out = {"seed": spec.seed, "figures": {}, "pass": {}, "error": repr(e)}
                 out["spec"] = spec.to_dict()
@@ -387,10 +430,12 @@ def run(
     max_qps: int = 3000,
     say: Callable[[str], None] = lambda _: None,
     redis_rtt_ms: float | None = None,
+    log_dir: Path | None = None,
 ) -> dict[str, Any]:
     """Every seed in turn: one document with the per-seed results, the worst figures and the
     verdict per promise (a promise no seed measured is neither met nor broken); with
-    ``redis_rtt_ms``, Redis a hop away from the workers and the API (:func:`run_one`)."""
+    ``redis_rtt_ms``, Redis a hop away from the workers and the API (:func:`run_one`); with
+    ``log_dir``, each seed's checker inputs in ``log_dir/seed-N.json`` (:func:`keep_inputs`)."""
     import uvloop
 
     started = time.monotonic()
@@ -398,7 +443,7 @@ def run(
     for seed in seeds:
         spec = make_spec(seed, duration_s, max_qps)
         say(f"promises seed {seed}: {[(t.kind, t.qps) for t in spec.topics]}...")
-        results.append(uvloop.run(run_one(spec, redis_rtt_ms)))
+        results.append(uvloop.run(run_one(spec, redis_rtt_ms, log_dir)))
         say(f"promises seed {seed}: {results[-1].get('error') or results[-1]['pass']}")
     figures = worst(results)
     verdict = {
@@ -420,12 +465,20 @@ def run(
 
 
 def run_cli(
-    seeds: int, duration_s: float | None, say: Callable[[str], None] = lambda _: None
+    seeds: int,
+    duration_s: float | None,
+    say: Callable[[str], None] = lambda _: None,
+    only: Sequence[int] = (),
+    log_dir: str | None = None,
 ) -> dict[str, Any]:
-    """``emq bench promises``: seeds ``1..seeds``, each ``duration_s`` long (30 by default); a
-    bad value is one :class:`~emq.core.errors.EmqError` line."""
+    """``emq bench promises``: seeds ``1..seeds`` (or the seeds ``only`` names), each
+    ``duration_s`` long (30 by default), each seed's checker inputs kept in ``log_dir`` if
+    given; a bad value is one :class:`~emq.core.errors.EmqError` line."""
     duration_s = seeded_arguments(seeds, duration_s, default_s=30.0, min_s=5.0)
-    return run(range(1, seeds + 1), duration_s, say=say)
+    if any(not 1 <= seed <= 1_000_000 for seed in only):
+        raise EmqError("--seed must be between 1 and 1000000")
+    chosen = list(dict.fromkeys(only)) or range(1, seeds + 1)
+    return run(chosen, duration_s, say=say, log_dir=None if log_dir is None else Path(log_dir))
 
 
 def seeded_arguments(seeds: int, duration_s: float | None, default_s: float, min_s: float) -> float:

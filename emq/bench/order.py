@@ -53,6 +53,14 @@ def priority_inversions(
       a job of K before J, plus its endpoint's round trip (``answer_s`` per topic: known slow
       endpoints) and the grace. Lower jobs of K itself count from ``J.ready + grace``: J is
       meant to pass its key's lows (see worker.keys).
+
+    ``in_worker`` tells the counted inversions apart by stage, without changing the count: of
+    the overtaken jobs, those the worker had surely read when the first lower job passed them.
+    That is shown when a job of J's group *and priority* made after J was accepted (so stored
+    behind J in J's queue, which is read in order) had its first 2xx before that lower job.
+    The rest were, as far as the log can show, still in the store or on their way to the
+    worker (signal, read): a fetch that came later than the grace, not a dispatch that chose a
+    lower job over a higher one it held.
     """
     answer_s = answer_s or {}
     failed = {d.job_id for d in log if not d.ok}
@@ -71,7 +79,8 @@ def priority_inversions(
     for lane in (*lanes.values(), *keyed.values()):
         for times in lane.values():
             times.sort()
-    inversions, overtaken, worst = 0, 0, (0, "")
+    made = _made_after(firsts)
+    inversions, overtaken, in_worker, worst = 0, 0, 0, (0, "")
     per_topic: Counter[str] = Counter()
     for d in firsts:
         if d.ready is None or d.job_id in failed:
@@ -80,19 +89,66 @@ def priority_inversions(
         grace = grace_s.get(d.topic, PRIORITY_BASE_GRACE_S)
         lane = lanes[(d.topic, d.group)]
         n = _lower_between(lane, rank, d.ready + grace, d.at)
+        first = _first_lower_after(lane, rank, d.ready + grace)
         if d.key is not None:
             answer = answer_s.get(d.topic, 0.0)
-            n = _keyed_inversions(lane, keyed[(d.topic, d.key)], rank, d, grace, answer)
+            own = keyed[(d.topic, d.key)]
+            n = _keyed_inversions(lane, own, rank, d, grace, answer)
+            since = _keyed_since(own, rank, d, grace, answer)
+            first = min(
+                _first_lower_after(own, rank, d.ready + grace),
+                _first_lower_after(lane, rank, since),
+            )
         inversions += n
         overtaken += n > 0
+        if n and d.accepted is not None:
+            in_worker += _read_before(made[(d.topic, d.group, rank)], d.accepted, first)
         per_topic[d.topic] += n
         worst = max(worst, (n, d.job_id))
     return {
         "inversions": inversions,
         "overtaken_jobs": overtaken,
+        "in_worker": in_worker,
         "worst": list(worst),
         "by_topic": {t: n for t, n in per_topic.items() if n},
     }
+
+
+# Per (topic, group, rank): the made times (sorted) of the jobs that carried one, and from each
+# index on the earliest first 2xx among them.
+Made = tuple[list[float], list[float]]
+
+
+def _made_after(firsts: Iterable[Delivery]) -> defaultdict[tuple[str, int | None, int], Made]:
+    """For :func:`_read_before`: per group and priority, first 2xx times by made time."""
+    jobs: defaultdict[tuple[str, int | None, int], list[tuple[float, float]]] = defaultdict(list)
+    for d in firsts:
+        if d.enqueued is not None:
+            jobs[(d.topic, d.group, RANK[d.priority or ""])].append((d.enqueued, d.at))
+    out: defaultdict[tuple[str, int | None, int], Made] = defaultdict(lambda: ([], []))
+    for lane, pairs in jobs.items():
+        pairs.sort()
+        earliest = list(itertools.accumulate(reversed([at for _, at in pairs]), min))[::-1]
+        out[lane] = ([m for m, _ in pairs], earliest)
+    return out
+
+
+def _read_before(made: Made, accepted: float, passed_at: float) -> bool:
+    """Whether a job made at or after ``accepted`` (stored behind the accepted job in its
+    queue) had its first 2xx before ``passed_at``: the queue had been read past that job."""
+    times, earliest = made
+    i = bisect.bisect_left(times, accepted)
+    return i < len(times) and earliest[i] < passed_at
+
+
+def _first_lower_after(lane: Mapping[int, list[float]], rank: int, start: float) -> float:
+    """The first arrival in ``lane`` of a rank below ``rank`` after ``start`` (inf: none)."""
+    firsts = (
+        times[i]
+        for r, times in lane.items()
+        if r > rank and (i := bisect.bisect_right(times, start)) < len(times)
+    )
+    return min(firsts, default=math.inf)
 
 
 def _keyed_inversions(
@@ -110,6 +166,18 @@ def _keyed_inversions(
     flight (or next) when it became ready: the key's last arrival up to ``ready + grace``."""
     assert job.ready is not None
     known = job.ready + grace  # the worker has it by then (what the grace is for)
+    mine = _lower_between(own, rank, known, job.at)
+    since = _keyed_since(own, rank, job, grace, answer)
+    others = _lower_between(lane, rank, since, job.at) - _lower_between(own, rank, since, job.at)
+    return mine + others
+
+
+def _keyed_since(
+    own: Mapping[int, list[float]], rank: int, job: Delivery, grace: float, answer: float
+) -> float:
+    """From when lower jobs of other keys count against a keyed job (see _keyed_inversions)."""
+    assert job.ready is not None
+    known = job.ready + grace
     ahead = max(
         (
             _last_before(times, job.at if r <= rank else min(known, job.at))
@@ -117,10 +185,7 @@ def _keyed_inversions(
         ),
         default=-math.inf,
     )
-    mine = _lower_between(own, rank, known, job.at)
-    since = max(job.ready, ahead + answer) + grace
-    others = _lower_between(lane, rank, since, job.at) - _lower_between(own, rank, since, job.at)
-    return mine + others
+    return max(job.ready, ahead + answer) + grace
 
 
 def _last_before(times: Sequence[float], end: float) -> float:

@@ -36,10 +36,12 @@ def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
             from emq.bench import netlink_promises as hop
             from emq.bench.netlink import parse_rtts
 
+            if args.seed or args.log:
+                raise EmqError("--seed and --log run without --redis-rtt-ms")
             rtts = parse_rtts(args.redis_rtt_ms)
             doc, summary = hop.run_cli(args.seeds, args.duration_s, rtts, say=say), hop.summary
         else:
-            doc = mixed.run_cli(args.seeds, args.duration_s, say=say)
+            doc = mixed.run_cli(args.seeds, args.duration_s, say, args.seed or (), args.log)
             summary = mixed.summary
         if args.out:
             Path(args.out).write_text(json.dumps(doc, indent=2) + "\n")
@@ -253,6 +255,18 @@ def add_commands(sub: Subparsers) -> None:
         default=3,
         help="promises: run the randomized mixed workloads of seeds 1..N (3); faults: run "
         "cluster_failover once per seed 1..N; regroup: one run per seed 1..N",
+    )
+    bench.add_argument(
+        "--seed",
+        type=int,
+        action="append",
+        metavar="K",
+        help="promises: run seed K only (repeat for several; instead of --seeds)",
+    )
+    bench.add_argument(
+        "--log",
+        metavar="DIR",
+        help="promises: keep each seed's delivery log and checker inputs in DIR/seed-K.json",
     )
     bench.add_argument(
         "--trials",

@@ -4,6 +4,8 @@ rate, priority order, key order, isolation), and the verdict table built from th
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from emq.bench import mixed
 from emq.bench.promises import (
     BOUNDS,
@@ -223,6 +225,29 @@ def test_priority_a_keys_lows_passing_its_waiting_high_are_inversions() -> None:
     assert out["inversions"] == 3 and out["worst"] == [3, "kh"]
 
 
+def test_priority_in_worker_counts_overtaken_jobs_whose_queue_was_read_past_them() -> None:
+    """A high accepted at 10.0 is passed by lows from 10.3 on. A high of its group made after
+    that 202 (so stored behind it) delivered before the first passing low shows the worker had
+    read it: a dispatch-stage inversion. One delivered after the lows shows nothing of the kind
+    (the high may still have been in the store), nor does a high of the same batch (a read may
+    split a batch), nor a later medium (another queue). The inversions counted are the same."""
+    grace = {"a": priority_grace_s(Quota(10))}  # 0.25 s
+    lows = [job(at, f"l{i}", "low", enqueued=1.0) for i, at in enumerate((10.3, 10.4))]
+    high = job(10.6, "h", "high", enqueued=9.9, accepted=10.0)
+    read = job(10.2, "h2", "high", enqueued=10.05)  # made after h's 202, delivered first
+    for extra, in_worker in (
+        ([read], 1),
+        ([job(10.5, "h2", "high", enqueued=10.2)], 0),  # after the first passing low
+        ([job(10.2, "h2", "high", enqueued=9.95, accepted=10.0)], 0),  # h's own batch
+        ([job(10.2, "m", "medium", enqueued=10.05)], 0),  # the medium queue, not h's
+        ([job(10.2, "h2", "high", enqueued=10.05, group=1)], 0),  # another group
+    ):
+        out = priority_inversions([*lows, high, *extra], grace)
+        assert (out["inversions"], out["in_worker"]) == (2, in_worker), extra
+    # Nothing overtaken, nothing in the worker's count.
+    assert priority_inversions([read, high], grace)["in_worker"] == 0
+
+
 # --------------------------------------------------------------------------- key order
 
 
@@ -257,7 +282,11 @@ def test_parse_log_reads_enqueue_time_delay_and_sequence() -> None:
 
 
 def test_bench_promises_bad_arguments_are_one_line_and_a_non_zero_exit() -> None:
-    for args, word in ((["--seeds", "0"], "--seeds"), (["--duration-s", "1"], "--duration-s")):
+    for args, word in (
+        (["--seeds", "0"], "--seeds"),
+        (["--duration-s", "1"], "--duration-s"),
+        (["--seed", "0"], "--seed"),
+    ):
         line = bench_error("promises", *args)
         assert line.startswith("emq: error: ") and word in line, line
 
@@ -304,3 +333,27 @@ def test_key_overlaps_are_requests_of_a_key_sent_before_the_previous_was_answere
     assert key_overlaps(two_in_flight, {}) == 0  # an endpoint answering at once shows nothing
     out = check(two_in_flight, [], [], {"a": Quota(10)}, answer_s={"a": 0.3})
     assert verdict(out)["key_overlaps"] is False
+
+
+def test_kept_inputs_are_judged_again_as_they_were(tmp_path: Path) -> None:
+    """``emq bench promises --log DIR`` keeps what the checker judged; judged again from the
+    file, every figure is the same."""
+    log = [
+        job(10.5, "l1", "low", enqueued=1.0),
+        job(11.0, "h1", "high", enqueued=10.0, key="k", seq=0),
+        d(11.2, "x", "b", status=500),
+    ]
+    quotas = {"a": Quota(10), "b": Quota(5)}
+    inputs = {
+        "faults": [12.0],
+        "changes": {"a": [(10.8, Quota(20, 1))]},
+        "steady": ["a"],
+        "misbehaving": ["b"],
+        "answer_s": {"b": 0.3},
+        "stored": {"y"},
+        "accepted_at": {"h1": 10.1},
+    }
+    mixed.keep_inputs(tmp_path / "seed-1.json", log, {"l1", "h1", "x", "y"}, {"x"}, quotas, inputs)
+    again = mixed.recheck(tmp_path / "seed-1.json")
+    assert again == check(log, {"l1", "h1", "x", "y"}, {"x"}, quotas, **inputs)  # type: ignore[arg-type]
+    assert again["priority"]["inversions"] == 1 and again["still_stored"] == 1

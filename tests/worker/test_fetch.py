@@ -121,6 +121,48 @@ async def test_a_high_is_read_at_once_when_the_low_buffer_is_full() -> None:
     assert held(g) == [3, 0, 40] and woken[-1] is g
 
 
+class FirstReadGated(GatedQueues):
+    """Only the first read waits on the gate (the big read out); later ones answer at once."""
+
+    async def read(
+        self, requests: Mapping[QueueRef, Offset], count: int | Mapping[QueueRef, int]
+    ) -> dict[QueueRef, list[Entry]]:
+        gate = self.gate
+        if not isinstance(count, int) and self.counts:
+            self.gate = None  # (a later read)
+        try:
+            return await super().read(requests, count)
+        finally:
+            self.gate = gate
+
+
+async def test_a_high_signalled_while_a_read_is_out_is_read_beside_it_once() -> None:
+    """A read of a group's lows is out; highs appended before it looked and after, and their
+    signal handled meanwhile: the high lane buffers them before the big read's reply, and that
+    reply, which repeats the first highs, buffers none of them twice."""
+    queues = FirstReadGated()
+    f, woken = fetcher(queues)
+    g = group("a", 20)
+    await put(queues, g, LOW, 2000, 10)
+    await put(queues, g, HIGH, 2, 10)
+    queues.gate = asyncio.Event()
+    big = asyncio.ensure_future(f._fetch([g]))
+    await queues.reading.wait()
+    q = g.ref.queue(HIGH)
+    await queues.put([PutItem(q, f"late-{i}", b"x" * 10) for i in range(3)])
+    f.signal(g)
+    for _ in range(20):  # (the memory backend answers in a few loop turns)
+        await asyncio.sleep(0)
+    assert not big.done() and held(g) == [5, 0, 0], "the highs must not wait for the big read"
+    assert woken == [g]
+    queues.gate.set()
+    await big
+    assert held(g) == [5, 0, 40]
+    offsets = [b.offset for b in g.buffers[0]]
+    assert offsets == sorted(set(offsets))
+    assert f._lane_task is None  # nothing left to read: the lane ended
+
+
 async def test_the_byte_budget_cuts_reads_lows_first_and_highs_keep_a_floor() -> None:
     queues = GatedQueues()
     f, _ = fetcher(queues, buffer_bytes=1 << 20)
