@@ -67,7 +67,7 @@ def test_groups_due_within_one_stretch_of_the_grid_share_one_turn() -> None:
 
 
 def test_a_group_with_a_high_job_waiting_comes_back_exactly_when_due() -> None:
-    d, sent, g = backlogged(10, 50, priority=0)
+    d, _, g = backlogged(10, 50, priority=0)
     mono = time.monotonic()
     d.wake(g, 0.0)
     d.dispatch(100, WALL, mono)
