@@ -98,6 +98,9 @@ class Dispatcher:
         # The pause in progress (see pause): its future and when it ends (monotonic).
         self._sleeper: asyncio.Future[None] | None = None
         self._sleep_until = 0.0
+        # How late the loop came back from the last pause that ran its course: the event
+        # loop's lag, sampled at least every IDLE_WAIT_S without a timer of its own.
+        self.lag_s = 0.0
 
     def __len__(self) -> int:
         return len(self._heap)
@@ -152,6 +155,9 @@ class Dispatcher:
         finally:
             timer.cancel()
             self._sleeper = None
+        late = time.monotonic() - self._sleep_until
+        if late >= 0:  # (ran its course: a wake() for sooner ends it before)
+            self.lag_s = late
 
     def dispatch(self, budget: int, wall: float, mono: float) -> int:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""

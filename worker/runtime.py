@@ -195,7 +195,6 @@ class Worker:
             self._start("trim", self.committer.trim_loop)
         self._start("dlq-trim", self.committer.trim_dead_loop)
         self._start("history", partial(self.recorder.run, self.topics))
-        self._start("loop-lag", self.metrics.measure_loop_lag)
         self._start("snapshots", partial(self.joblog.run, self.groups))
         self._start("attempt trim", self.joblog.trim)
         if self.endpoint_board is not None:
@@ -400,6 +399,7 @@ class Worker:
         self._govern_at = mono + gov.period_s
         stuck = self.senders.scan(mono)
         self.metrics.slow_pushes.set(self.senders.detached)
+        self.metrics.lagged(self.dispatcher.lag_s)
         limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
         if limit is not None and limit != self._sends.limit:
             self._sends.set_limit(limit)

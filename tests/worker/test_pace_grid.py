@@ -140,3 +140,17 @@ async def test_a_group_due_a_tick_or_more_sooner_ends_the_pause() -> None:
     d.wake(other, time.monotonic())  # new jobs to send now
     await asyncio.sleep(0)
     assert task.done()
+
+
+async def test_a_pause_that_runs_its_course_samples_the_loops_lag() -> None:
+    d = Dispatcher(Sent(), TICK, GRID)
+    d.lag_s = -1.0
+    await d.pause(busy=False)  # (nothing due: IDLE_WAIT_S)
+    assert 0.0 <= d.lag_s < IDLE_WAIT_S
+    d.lag_s = -1.0
+    g = group("woken", 10)
+    fill(g, [None])
+    task, _ = await pausing(d, busy=False)
+    d.wake(g, time.monotonic())  # ended early: no sample
+    await task
+    assert d.lag_s == -1.0
