@@ -190,6 +190,12 @@ class QpsCounter:
             log_wait = max(0.0, log[0] + self.window_s - now)
         return max(token_wait, log_wait)
 
+    def log_full(self, now: float) -> bool:
+        """Whether the sliding log holds the next grant back at ``now`` (its last ``qps +
+        extra + spare`` grants all in the window), not only the bucket. A log-bound group is
+        self-clocked: a grant made late delays the one a window after it."""
+        return self._log_room(self._advance(now)) <= 0
+
     def reserve(self, want: int, now: float) -> int:
         """Take up to ``want`` from the budget; returns how many were granted."""
         if want <= 0:

@@ -12,11 +12,21 @@ Fairness under overload: when the senders are full, the due groups stay in the h
 they became due, and the next tick starts with the longest-waiting one.
 
 Between dispatches the loop awaits :meth:`Dispatcher.pause`: until the first waiting group is
-due (a tick at most), or with none :data:`IDLE_WAIT_S`, so an idle worker does not wake 200
-times a second. A group woken for sooner than that (new jobs; a keyed job done, so its key's
-next job may go) ends the pause at once: it is dispatched in the next loop iteration, not at
-the next tick. A group already waiting in the heap for later is moved earlier by such a wake
-(its entry for later is left in the heap and skipped: ``GroupState.due`` says which is live).
+due, :data:`IDLE_WAIT_S` at most (a tick at most while jobs wait for a sender), or with none
+:data:`IDLE_WAIT_S`, so neither an idle nor a pacing worker wakes 200 times a second. A group
+woken for sooner (new jobs; a keyed job done, so its key's next job may go) ends the pause when
+it is due a tick or more before the pause would end, or at once when asked (``prompt``). A
+group already waiting in the heap for later is moved earlier by such a wake (its entry for
+later is left in the heap and skipped: ``GroupState.due`` says which is live).
+
+Pacing is what a rate-limited scheduler mostly does: groups at their quota with a backlog, each
+due again when its counter grants the next job. Each such return would be a loop turn of its
+own (a timer, the dispatch, the senders' turn), for one job. So a quota-limited group comes back
+at the next point of a grid all of them share (``grid_s``, ``EMQ_WORKER_PACE_GRID_S``), and one
+turn serves every group due in that stretch; their jobs go to the senders together. A group is
+late by less than its bucket holds (30 ms of its quota), so it loses no grant; one with a high
+job waiting, or held back by its sliding log rather than its bucket, comes back exactly when
+due.
 
 A keyed job's next does not even wait for that: when the push of a key's job ends and its
 key's next job may go at once (:meth:`Dispatcher.keyed_done`: a grant of its group's quota now,
@@ -30,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import math
 import time
 from collections import deque
 from collections.abc import Callable
@@ -69,9 +80,10 @@ HELD_SCAN = 32
 
 
 class Dispatcher:
-    def __init__(self, send: Send, tick_s: float) -> None:
+    def __init__(self, send: Send, tick_s: float, grid_s: float = 0.0) -> None:
         self._send = send
         self._tick_s = tick_s
+        self._grid_s = grid_s  # quota-limited groups come back on this grid (see _delay)
         self._heap: list[tuple[float, int, GroupState]] = []
         self._seq = itertools.count()
         # Topics with jobs parked for their endpoint's pace (worker.endpoints): released per tick.
@@ -86,14 +98,17 @@ class Dispatcher:
         # The pause in progress (see pause): its future and when it ends (monotonic).
         self._sleeper: asyncio.Future[None] | None = None
         self._sleep_until = 0.0
+        # How late the loop came back from the last pause that ran its course: the event
+        # loop's lag, sampled at least every IDLE_WAIT_S without a timer of its own.
+        self.lag_s = 0.0
 
     def __len__(self) -> int:
         return len(self._heap)
 
     def wake(self, group: GroupState, at: float, *, prompt: bool = False) -> None:
         """Consider ``group`` from monotonic time ``at``: no-op if it already waits in the heap
-        for ``at`` or sooner. ``prompt`` (or an idle loop) ends the loop's pause if that lasts
-        past ``at``."""
+        for ``at`` or sooner. Ends the loop's pause if that lasts past ``at`` by a tick or more
+        (by any time with ``prompt``, or an idle loop)."""
         if group.stopped or (group.scheduled and group.due <= at):
             return
         group.scheduled = True
@@ -103,22 +118,27 @@ class Dispatcher:
         sleeper = self._sleeper
         if (
             sleeper is not None
-            and (prompt or len(heap) == 1)
             and at < self._sleep_until
+            and (prompt or len(heap) == 1 or at < self._sleep_until - self._tick_s)
             and not sleeper.done()
         ):
             sleeper.set_result(None)
 
-    async def pause(self) -> None:
-        """Wait until the next :meth:`dispatch` may find work (see the module docstring)."""
+    async def pause(self, busy: bool = True) -> None:
+        """Wait until the next :meth:`dispatch` may find work (see the module docstring);
+        ``busy``: jobs handed out wait for a sender."""
         heap = self._heap
         now = time.monotonic()
         if heap:
-            # Until the first waiting group is due, at most a tick: a group due inside the tick
-            # is served on time (its quota's pace), one due already (the senders were full)
-            # waits a whole tick (no spinning while the pool drains).
+            # Until the first waiting group is due: on time for its quota's pace. At most a
+            # tick while jobs wait for a sender (the next turn wakes one for each: catch_up);
+            # a whole tick when one is due already (the senders were full: no spinning while
+            # the pool drains).
             due_in = heap[0][0] - now
-            pause = min(self._tick_s, max(MIN_PAUSE_S, due_in)) if due_in > 0 else self._tick_s
+            if due_in <= 0:
+                pause = self._tick_s
+            else:
+                pause = min(self._tick_s if busy else IDLE_WAIT_S, max(MIN_PAUSE_S, due_in))
         elif self.parking:  # parked jobs go at their endpoint's pace
             due_in = min(r.next_due() for r in self.parking) - now
             # (a disabled endpoint's is far off: then not before new jobs, at most idle)
@@ -135,6 +155,9 @@ class Dispatcher:
         finally:
             timer.cancel()
             self._sleeper = None
+        late = time.monotonic() - self._sleep_until
+        if late >= 0:  # (ran its course: a wake() for sooner ends it before)
+            self.lag_s = late
 
     def dispatch(self, budget: int, wall: float, mono: float) -> int:
         """Send up to ``budget`` jobs from the groups due at ``mono``; returns how many."""
@@ -195,7 +218,17 @@ class Dispatcher:
         wait = group.counter.wait_s(wall)
         if len(group.topic.groups) > 1:
             wait = lend_wait_s(group, wall, wait)
-        return max(MIN_WAIT_S, wait)
+        wait = max(MIN_WAIT_S, wait)
+        grid = self._grid_s
+        buffers = group.buffers
+        if grid > 0 and buffers is not None and not buffers[0] and not group.counter.log_full(wall):
+            # At the next point of the grid all quota-limited groups share, so one loop turn
+            # serves every group due in that stretch. Late by less than its bucket holds
+            # (QpsCounter.burst_s), a group loses no grant. Exactly when due instead: with a
+            # high job waiting, or when the sliding log holds the group back (self-clocked:
+            # a grant late by the grid would delay the one a window later, for good).
+            wait = math.ceil((mono + wait) / grid) * grid - mono
+        return wait
 
     def _take(
         self,
@@ -416,6 +449,10 @@ class Handoff(Generic[T]):
 
     def qsize(self) -> int:
         return len(self._items)
+
+    def unserved(self) -> int:
+        """Jobs waiting with no woken sender on its way to them."""
+        return len(self._items) - self._woken
 
     @property
     def holding(self) -> int:

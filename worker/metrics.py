@@ -9,7 +9,6 @@ configured; a worker owning a share of the fleet's groups exports only its topic
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING
@@ -83,12 +82,11 @@ class WorkerMetrics:
     def labels(self, ref: TopicRef) -> tuple[str, str, str]:
         return (ref.namespace.value, ref.tenant, ref.topic)
 
-    async def measure_loop_lag(self, interval_s: float = 0.1) -> None:
-        while True:
-            start = time.perf_counter()
-            await asyncio.sleep(interval_s)
-            self.last_loop_lag_s = max(0.0, time.perf_counter() - start - interval_s)
-            self.loop_lag.set(self.last_loop_lag_s)
+    def lagged(self, lag_s: float) -> None:
+        """The event loop's lag: how late its last timer ran (the dispatcher's pause, which
+        runs at least every 0.1 s: no timer of its own to wake an idle worker)."""
+        self.last_loop_lag_s = lag_s
+        self.loop_lag.set(lag_s)
 
     async def handle(self, request: web.Request) -> web.Response:
         return web.Response(

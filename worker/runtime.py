@@ -115,7 +115,7 @@ class Worker:
         self.groups: dict[str, GroupState] = {}
         self.metrics = WorkerMetrics()
         self.outage = Outage()  # every loop that touches Redis pauses through it, none dies
-        self.dispatcher = Dispatcher(self._send, settings.tick_s)
+        self.dispatcher = Dispatcher(self._send, settings.tick_s, settings.pace_grid_s)
         self.fetcher = Fetcher(queues, settings, self.groups, self._on_jobs, self.outage)
         # Per-topic histograms and gauges, the buffer bytes and fetches: read at scrape time.
         fetcher = self.fetcher
@@ -195,7 +195,6 @@ class Worker:
             self._start("trim", self.committer.trim_loop)
         self._start("dlq-trim", self.committer.trim_dead_loop)
         self._start("history", partial(self.recorder.run, self.topics))
-        self._start("loop-lag", self.metrics.measure_loop_lag)
         self._start("snapshots", partial(self.joblog.run, self.groups))
         self._start("attempt trim", self.joblog.trim)
         if self.endpoint_board is not None:
@@ -388,11 +387,11 @@ class Worker:
             self._sends.catch_up()  # jobs handed out last tick and still waiting for a sender
             budget = max(MIN_HANDOFF, self._sends.limit) - self._sends.qsize()
             mono = time.monotonic()
-            if budget > 0 and may_dispatch:
-                self.dispatcher.dispatch(budget, time.time(), mono)
+            if budget > 0 and may_dispatch and self.dispatcher.dispatch(budget, time.time(), mono):
+                self._sends.catch_up()  # a sender for each job now: one loop turn, not a chain
             if mono >= self._govern_at:
                 self._govern(mono)
-            await self.dispatcher.pause()
+            await self.dispatcher.pause(self._sends.unserved() > 0)
 
     def _govern(self, mono: float) -> None:
         """Let the governor move the number of pushes at once (see SendGovernor)."""
@@ -400,6 +399,7 @@ class Worker:
         self._govern_at = mono + gov.period_s
         stuck = self.senders.scan(mono)
         self.metrics.slow_pushes.set(self.senders.detached)
+        self.metrics.lagged(self.dispatcher.lag_s)
         limit = gov.update(mono, time.thread_time(), self._sends.qsize(), stuck)
         if limit is not None and limit != self._sends.limit:
             self._sends.set_limit(limit)

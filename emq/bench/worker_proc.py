@@ -149,7 +149,7 @@ class Control:
             "senders": len(w.senders),
             "senders_most": w.senders.most_tasks,
             "detached": w.senders.detached,
-            "loop_lag_s": round(w.metrics.last_loop_lag_s, 4),  # the last 0.1 s sample
+            "loop_lag_s": round(w.metrics.last_loop_lag_s, 4),  # how late the last timer ran
             "gc_collections": [g["collections"] for g in gc.get_stats()],
             "gc_s": round(GC_TIME[0], 3),
             "gc_s_by_generation": [round(s, 3) for s in GC_BY_GENERATION],

@@ -10,7 +10,7 @@ import orjson
 from emq.core.interfaces import Offset
 from emq.core.model import Namespace, Topic, TopicRef
 from worker.dispatch import HELD_SCAN, PARKED_MIN, Dispatcher
-from worker.groups import LATE_S, Buffered, GroupState, TopicState
+from worker.groups import LATE_S, Buffered, GrantLog, GroupState, TopicState
 from worker.keys import KeyLines
 from worker.progress import Progress
 from worker.runtime import Worker
@@ -18,8 +18,8 @@ from worker.runtime import Worker
 WALL = 1_700_000_000.5
 
 
-def group(name: str, qps: int = 1000) -> GroupState:
-    topic = TopicState(Topic(TopicRef(Namespace.ONLINE, "t", name), qps, 1))
+def group(name: str, qps: int = 1000, log: type[GrantLog] = GrantLog) -> GroupState:
+    topic = TopicState(Topic(TopicRef(Namespace.ONLINE, "t", name), qps, 1), log_class=log)
     g = GroupState(topic.ref.group(0), 1, topic, qps, [None, None, None])
     topic.groups[0] = g
     return g
