@@ -318,9 +318,9 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 # The parallel pass runs with `--dist loadfile`: each file on one worker, so a module fixture is
 # built once; but the Spark tests' files go to one worker together (the scheduler below): they
 # share one SparkSession per worker (tests/spark/conftest.py), so they start one JVM, not one per
-# worker (~25 s of CPU each, the JVM's start and its first job's warm-up). One docs page runs
-# Spark too and takes as long as the rest of its file: it is a unit of its own (the pages share
-# nothing but the stack their module starts, and that starts in seconds).
+# worker (~25 s of CPU each, the JVM's start and its first job's warm-up). (The docs page that
+# runs Spark cannot be a unit of its own: it plans on the history the pages before it recorded on
+# their module's stack.)
 #
 # The units go to the workers in the order of LONG_UNITS_FIRST, longest first, then the rest by
 # their number of tests (xdist's own order, which alone would hand the one-test files of a minute
@@ -328,14 +328,12 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 # handed out first, the short ones fill in around it. The list is ordered by the units' times in
 # a `--durations` run of the parallel pass; a unit missing from it only starts later.
 SPARK_FILES = "tests/spark/"
-DOCS_SPARK_PAGE = "tests/docs/test_blocks.py::capacity-planner"
 LONG_UNITS_FIRST = (
     SPARK_FILES,
     "tests/docs/test_blocks.py",
     "tests/bench/test_suite.py",
     "tests/console/test_console.py",
     "tests/api/test_openapi_fuzz.py",
-    DOCS_SPARK_PAGE,
     "tests/adapters/test_cluster_failover.py",
     "tests/api/test_workers.py",
     "tests/deploy/test_stack.py",
@@ -349,14 +347,9 @@ LONG_UNITS_FIRST = (
 
 
 def _scope(nodeid: str) -> str:
-    """The unit of work of a test (see above): its file, but the Spark files are one unit and
-    the docs' Spark page is one."""
+    """The unit of work of a test (see above): its file, but the Spark files are one unit."""
     path = nodeid.split("::", 1)[0]
-    if path.startswith(SPARK_FILES):
-        return SPARK_FILES
-    if path == DOCS_SPARK_PAGE.split("::")[0] and "capacity-planner" in nodeid:
-        return DOCS_SPARK_PAGE
-    return path
+    return SPARK_FILES if path.startswith(SPARK_FILES) else path
 
 
 class _UnitsLongestFirst:
