@@ -294,16 +294,14 @@ def _crash(run: Run) -> None:
 
 async def run_seed(rig: Rig, spec: Spec) -> dict[str, Any]:
     """Run ``spec`` on ``rig`` and check the log: figures, verdicts and the timeline."""
-    # The workers start beside the API, not after it: each process takes seconds to import and
-    # connect, and a worker takes up the topics created meanwhile as any created later.
-    standalone = spec.workers == 1
-    for i in range(spec.workers):
-        rig.worker(f"w{i}", standalone=standalone, **WORKER_ENV)
     base = await rig.api()
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60)) as http:
         run = Run(rig, spec, base, http)
         for t in spec.topics:
             await run.create(t)
+        standalone = spec.workers == 1
+        for i in range(spec.workers):
+            rig.worker(f"w{i}", standalone=standalone, **WORKER_ENV)
         await probe(rig, run)
         for t in spec.topics:
             if t.kind != "flood":

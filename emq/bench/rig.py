@@ -42,7 +42,7 @@ from emq.core.model import (
 )
 from emq.core.naming import RedisKeys
 from emq.core.settings import Settings
-from emq.rigs.procs import Proc, SinkProcess, stop_all
+from emq.rigs.procs import Proc, SinkProcess
 from emq.stack import Service, free_port
 
 TENANT = "faults"
@@ -103,10 +103,7 @@ class Rig:
         self.zk.start()
 
     async def _stop(self) -> None:
-        # Every step runs even if an earlier one fails: nothing may be left running. The
-        # processes are all signalled, then waited for: their shutdowns overlap.
-        with contextlib.suppress(Exception):
-            stop_all(self.procs, 15.0)
+        # Every step runs even if an earlier one fails: nothing may be left running.
         for proc in self.procs:
             with contextlib.suppress(Exception):
                 proc.stop()
