@@ -114,8 +114,8 @@ def _topic(rng: random.Random, name: str, kind: str, duration_s: float, max_qps:
     # highs alone made its "sustained" rate ~0.6 (the checker judges every complete second).
     steady = qps * duration_s * (CHANGE_AT + (1 - CHANGE_AT) * (new_qps or qps) / qps)
     # The other kinds are sized at the lower quota too: a fail or busy job takes up to three
-    # requests, and sized at the first quota, seed 6's failing topic (2 QPS, then 1) took twice
-    # the run. A hanging job holds its push for the worker's whole request timeout (WORKER_ENV),
+    # requests, and sized at the first quota, a topic whose quota halves would take twice the
+    # run. A hanging job holds its push for the worker's whole request timeout (WORKER_ENV),
     # twice, and the worker lets a hanging topic have only a few pushes out at once: its jobs
     # reach the DLQ at about one a second, so a short run gets no more of them than it has
     # seconds (else their drain, not the run, sets how long a seed takes).
