@@ -9,6 +9,7 @@ end. Each test is isolated by a Redis key prefix (``t-<hex>``) and a ZooKeeper c
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import gc
 import os
@@ -317,21 +318,44 @@ def own_redis(tmp_path: Path) -> Iterator[RestartableRedis]:
 # The parallel pass runs with `--dist loadfile`: each file on one worker, so a module fixture is
 # built once; but the Spark tests' files go to one worker together (the scheduler below): they
 # share one SparkSession per worker (tests/spark/conftest.py), so they start one JVM, not one per
-# worker (~25 s of CPU each, the JVM's start and its first job's warm-up). Files go to the
-# workers in collection order, so the longest come first: a long one collected last would run
-# alone at the end while the other workers idle; handed out first, the short ones fill in around
-# it (measured with --durations: the Spark files together; the console drives chromium).
+# worker (~25 s of CPU each, the JVM's start and its first job's warm-up). (The docs page that
+# runs Spark cannot be a unit of its own: it plans on the history the pages before it recorded on
+# their module's stack.)
+#
+# The units go to the workers in the order of LONG_UNITS_FIRST, longest first, then the rest by
+# their number of tests (xdist's own order, which alone would hand the one-test files of a minute
+# out last): a long unit handed out last runs alone at the end while the other workers idle;
+# handed out first, the short ones fill in around it. The list is ordered by the units' times in
+# a `--durations` run of the parallel pass; a unit missing from it only starts later.
 SPARK_FILES = "tests/spark/"
-LONG_FILES_FIRST = (SPARK_FILES, "tests/console/test_console.py")
+LONG_UNITS_FIRST = (
+    SPARK_FILES,
+    "tests/docs/test_blocks.py",
+    "tests/bench/test_suite.py",
+    "tests/console/test_console.py",
+    "tests/api/test_openapi_fuzz.py",
+    "tests/adapters/test_cluster_failover.py",
+    "tests/api/test_workers.py",
+    "tests/deploy/test_stack.py",
+    "tests/emq/test_cli_commands.py",
+    "tests/test_layering.py",
+    "tests/packaging/test_wheel.py",
+    "tests/allocator/test_simulate.py",
+    "tests/docs/test_site.py",
+    "tests/bench/test_paced.py",
+)
 
 
-def _scope(path: str) -> str:
+def _scope(nodeid: str) -> str:
+    """The unit of work of a test (see above): its file, but the Spark files are one unit."""
+    path = nodeid.split("::", 1)[0]
     return SPARK_FILES if path.startswith(SPARK_FILES) else path
 
 
-class _SparkFilesTogether:
+class _UnitsLongestFirst:
     """A plugin of the xdist controller (only there is the hook known): ``--dist loadfile``, with
-    the files under tests/spark/ one unit of work."""
+    the units of work of :func:`_scope`, handed out in collection order (see
+    :func:`pytest_collection_modifyitems`), not re-sorted by their number of tests."""
 
     @staticmethod
     def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
@@ -339,22 +363,30 @@ class _SparkFilesTogether:
             return None
         from xdist.scheduler import LoadFileScheduling
 
-        class SparkFilesTogether(LoadFileScheduling):
-            def _split_scope(self, nodeid: str) -> str:
-                return _scope(super()._split_scope(nodeid))
+        config.option.loadscopereorder = False
 
-        return SparkFilesTogether(config, log)
+        class UnitsLongestFirst(LoadFileScheduling):
+            def _split_scope(self, nodeid: str) -> str:
+                return _scope(nodeid)
+
+        return UnitsLongestFirst(config, log)
 
 
 def pytest_configure(config: pytest.Config) -> None:
     if config.pluginmanager.hasplugin("xdist") and not os.environ.get("PYTEST_XDIST_WORKER"):
-        config.pluginmanager.register(_SparkFilesTogether(), "emq-spark-files-together")
+        config.pluginmanager.register(_UnitsLongestFirst(), "emq-units-longest-first")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Under xdist only: the long files first (a stable sort: the rest keep their order)."""
+    """Under xdist only: the units of LONG_UNITS_FIRST first, in its order, then the others by
+    their number of tests, most first (a stable sort: a unit's tests keep their order)."""
     if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
-    root = Path(config.rootpath)
-    items.sort(key=lambda item: rank.get(_scope(item.path.relative_to(root).as_posix()), len(rank)))
+    rank = {name: i for i, name in enumerate(LONG_UNITS_FIRST)}
+    sizes = collections.Counter(_scope(item.nodeid) for item in items)
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        unit = _scope(item.nodeid)
+        return rank.get(unit, len(rank)), -sizes[unit]
+
+    items.sort(key=order)

@@ -115,11 +115,17 @@ def _topic(rng: random.Random, name: str, kind: str, duration_s: float, max_qps:
     # it): sized at the lower quota, a doubled topic ran dry after the change and the trickled
     # highs alone made its "sustained" rate ~0.6 (the checker judges every complete second).
     steady = qps * duration_s * (CHANGE_AT + (1 - CHANGE_AT) * (new_qps or qps) / qps)
+    # The other kinds are sized at the lower quota too: a fail or busy job takes up to three
+    # requests, and sized at the first quota, a topic whose quota halves would take twice the
+    # run. A hanging job holds its push for the worker's whole request timeout (WORKER_ENV),
+    # twice, and the worker lets a hanging topic have only a few pushes out at once: its jobs
+    # reach the DLQ at about one a second, so a short run gets no more of them than it has
+    # seconds (else their drain, not the run, sets how long a seed takes).
     jobs = {
         "steady": math.ceil(steady),
         "flood": math.ceil(span_qps * duration_s * 0.8),
-        "hang": min(20, qps * 2),
-    }.get(kind, min(2000, math.ceil(qps * duration_s / 3)))
+        "hang": min(20, qps * 2, max(1, int(duration_s))),
+    }.get(kind, min(2000, math.ceil(span_qps * duration_s / 3)))
     high, low = rng.choice((0.0, 0.05, 0.2)), rng.choice((0.3, 0.6))
     keyed, keys = rng.choice((0.0, 0.3, 1.0)), rng.choice((3, 20, 200))
     return TopicSpec(
