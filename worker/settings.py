@@ -54,7 +54,7 @@ class WorkerSettings:
     buffer_bytes: int = setting(256 * _MIB, at_least(_MIB))
     tick_s: float = setting(0.005, between(0.0001, 1))  # dispatcher period
     # quota-limited groups come back on a shared grid this fine (0: each exactly when due)
-    pace_grid_s: float = setting(0.01, between(0, 0.03))
+    pace_grid_s: float = setting(0.02, between(0, 0.03))
     checkpoint_interval_s: float = setting(1.0, greater_than(0))
     history_interval_s: float = setting(10.0, greater_than(0))
     # safety net: re-read every owned queue this often
