@@ -35,8 +35,8 @@ def test_cli_at_twenty_thousand_groups_and_a_thousand_workers() -> None:
             "20000",
             "--workers",
             "1000",
-            "--trials",
-            "3",
+            "--trials",  # (several trials: test_small_fleet_figures; one at full scale here)
+            "1",
             "--json",
         ],
         capture_output=True,
