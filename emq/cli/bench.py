@@ -18,7 +18,57 @@ if TYPE_CHECKING:
     from emq.core.settings import Settings
 
 
+BENCHES = [
+    "enqueue", "dispatch", "plan", "faults", "promises", "regroup", "plan-accuracy", "replay",
+    "endpoints", "push-clients", "peers", "tenant-quota", "signals", "fanout", "transactions",
+    "schedules", "all",
+]  # fmt: skip
+# Each bench's own options: which benches take each (by its argparse ``dest``). One given to a
+# bench that does not take it is refused before anything starts, not silently ignored.
+_DURATION = {
+    "enqueue", "dispatch", "faults", "promises", "regroup", "replay", "endpoints",
+    "push-clients", "peers", "tenant-quota", "signals", "schedules", "all",
+}  # fmt: skip
+APPLIES: dict[str, set[str]] = {
+    "rows": {"plan", "all"},
+    "duration_s": _DURATION,
+    "seeds": {"promises", "faults", "regroup"},
+    "seed": {"promises"},
+    "log": {"promises"},
+    "trials": {"faults"},
+    "competitor": {"dispatch"},
+    "workload": {"dispatch", "peers"},
+    "topics": {"dispatch"},
+    "quota": {"dispatch"},
+    "noop": {"dispatch"},
+    "redis_rtt_ms": {"dispatch", "promises"},
+    "out": {"all", "faults", "promises", "plan-accuracy"},
+    "durability": {"enqueue"},
+    "concurrency": {"push-clients"},
+    "api_processes": {"enqueue"},
+    "qps": {"replay"},
+    "letters": {"replay"},
+    "rate": {"replay"},
+    "history": {"plan-accuracy"},
+    "compress": {"plan-accuracy"},
+    "at_quota": {"plan-accuracy"},
+    "start": {"plan-accuracy"},
+}
+
+
+def check_applies(args: argparse.Namespace, defaults: dict[str, object]) -> None:
+    """One :class:`EmqError` line for the first option given that ``args.name`` does not take
+    (an option is given when its value is not its default)."""
+    for dest, benches in APPLIES.items():
+        if args.name in benches or getattr(args, dest) == defaults[dest]:
+            continue
+        flag = "--" + dest.replace("_", "-")
+        takers = ", ".join(sorted(benches))
+        raise EmqError(f"{flag} is not an option of `emq bench {args.name}` (it is of: {takers})")
+
+
 def cmd_bench(args: argparse.Namespace, settings: Settings) -> int:
+    check_applies(args, args.bench_defaults)
     if args.name == "faults":
         from emq.bench import faults
 
@@ -215,28 +265,7 @@ def add_commands(sub: Subparsers) -> None:
         description="Benchmarks start their own servers on free loopback ports and print the "
         "measured figures (JSON with --json), with a description of the machine.",
     )
-    bench.add_argument(
-        "name",
-        choices=[
-            "enqueue",
-            "dispatch",
-            "plan",
-            "faults",
-            "promises",
-            "regroup",
-            "plan-accuracy",
-            "replay",
-            "endpoints",
-            "push-clients",
-            "peers",
-            "tenant-quota",
-            "signals",
-            "fanout",
-            "transactions",
-            "schedules",
-            "all",
-        ],
-    )
+    bench.add_argument("name", choices=BENCHES)
     bench.add_argument(
         "--rows", type=int, default=10_000_000, help="plan: rows of synthetic history (10M)"
     )
@@ -351,4 +380,5 @@ def add_commands(sub: Subparsers) -> None:
 
     plan_accuracy_arguments(bench)
     _json_flag(bench)
-    bench.set_defaults(func=cmd_bench)
+    defaults = {dest: bench.get_default(dest) for dest in APPLIES}
+    bench.set_defaults(func=cmd_bench, bench_defaults=defaults)
