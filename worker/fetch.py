@@ -63,7 +63,7 @@ from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import Entry, GroupOwner, Offset
-from emq.core.model import QueueRef
+from emq.core.model import Priority, QueueRef
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
 from worker.settings import WorkerSettings
@@ -226,33 +226,45 @@ class Fetcher:
 
         asyncio.get_running_loop().call_later(FAILED_READ_RETRY_S, again)
 
+    async def _read(self, reads: list[Read]) -> Mapping[QueueRef, list[Entry]]:
+        """One round trip for ``reads``, each from its queue's last fetched offset."""
+        requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
+        self.reads += 1
+        return await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+
+    @staticmethod
+    def _buffer(g: GroupState, i: int, q: QueueRef, entries: list[Entry], mono: float) -> int:
+        """Append ``entries`` of ``q`` to its buffer (priority ``i``); their payload bytes."""
+        progress, buffer = g.progress[q], g.filling()[i]
+        size = 0
+        for e in entries:
+            progress.fetched(e.offset)
+            buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
+            size += len(e.payload)
+        return size
+
     async def _fetch(self, batch: list[GroupState]) -> None:
         reads = self._within_budget(self._plan(batch))
         if not reads:
             return
-        requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
-        self.reads += 1
         self._out += 1
         try:
-            found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+            found = await self._read(reads)
         finally:
             self._out -= 1
         mono = time.monotonic()
         touched: dict[GroupState, None] = {}
         jobs = size = 0
         for g, i, q, count, signals in reads:
-            entries = found.get(q, ())
+            entries = found.get(q, [])
             if len(entries) < count and g.signals == signals:
                 g.exhausted[i] = True  # (a signal since the read was sent may name a new job)
             if g.stopped or not entries:
                 continue
-            progress, buffer = g.progress[q], g.filling()[i]
-            if entries[0].offset <= progress.last_fetched:
-                entries = self._unseen(q, entries, progress.last_fetched, quiet=i == 0)
-            for e in entries:
-                progress.fetched(e.offset)
-                buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
-                size += len(e.payload)
+            last = g.progress[q].last_fetched
+            if entries[0].offset <= last:
+                entries = self._unseen(q, entries, last, quiet=i == 0)
+            size += self._buffer(g, i, q, entries, mono)
             jobs += len(entries)
             touched[g] = None
         self._account(jobs, size)
@@ -272,10 +284,8 @@ class Fetcher:
                 reads = self._within_budget(self._plan_highs(groups))
                 if not reads:
                     continue
-                requests = {q: g.progress[q].last_fetched for g, _, q, _, _ in reads}
-                self.reads += 1
                 try:
-                    found = await self._queues.read(requests, {q: n for _, _, q, n, _ in reads})
+                    found = await self._read(reads)
                 except BackendUnavailable as e:
                     log.debug("high lane read of %d queue(s) failed (%s)", len(reads), e)
                     continue
@@ -292,7 +302,7 @@ class Fetcher:
             target = g.fill_target(self._settings.buffer_seconds)
             room = target - (len(g.buffers[0]) if g.buffers is not None else 0)
             if room >= target - target // 2:
-                q = next(iter(g.progress))  # (high, medium, low)
+                q = g.ref.queue(Priority.HIGH)
                 reads.append((g, 0, q, min(room, MAX_ENTRIES_PER_QUEUE), g.signals))
         return reads
 
@@ -302,15 +312,11 @@ class Fetcher:
         mono = time.monotonic()
         jobs = size = 0
         for g, _, q, _, _ in reads:
-            progress = g.progress[q]
-            fresh = [e for e in found.get(q, ()) if e.offset > progress.last_fetched]
+            last = g.progress[q].last_fetched
+            fresh = [e for e in found.get(q, ()) if e.offset > last]
             if g.stopped or not fresh:
                 continue
-            buffer = g.filling()[0]
-            for e in fresh:
-                progress.fetched(e.offset)
-                buffer.append(Buffered(q, e.offset, e.payload, mono, progress))
-                size += len(e.payload)
+            size += self._buffer(g, 0, q, fresh, mono)
             jobs += len(fresh)
             self._on_jobs(g)
         self._account(jobs, size)

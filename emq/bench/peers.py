@@ -29,7 +29,7 @@ import shutil
 import subprocess
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -332,11 +332,21 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
 
 
 def run(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]:
+    return run_both(_both, duration_s, say)
+
+
+def run_both(
+    both: Callable[[float, Callable[[str], None]], Coroutine[Any, Any, dict[str, Any]]],
+    duration_s: float,
+    say: Callable[[str], None],
+) -> dict[str, Any]:
+    """A peers workload's ``both`` (EMQ and BullMQ taking turns) on uvloop, its duration
+    checked first."""
     import uvloop
 
     if duration_s <= 0:
         raise EmqError("--duration-s must be greater than 0")
-    return uvloop.run(_both(duration_s, say))
+    return uvloop.run(both(duration_s, say))
 
 
 def summary(doc: dict[str, Any]) -> str:

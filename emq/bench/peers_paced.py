@@ -22,7 +22,7 @@ from typing import Any
 
 from emq.bench.harness import HEADERS, CpuMeter, Harness, preload, stopping
 from emq.bench.machine import describe
-from emq.bench.peers import BODY, CACHE, TENANTS, _node, take_turns
+from emq.bench.peers import BODY, CACHE, TENANTS, _node, run_both, take_turns
 from emq.bench.workloads import start_worker, wait_first_delivery
 from emq.core.errors import EmqError
 from emq.core.interfaces import PutItem
@@ -167,11 +167,7 @@ async def _both(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]
 
 
 def run(duration_s: float, say: Callable[[str], None]) -> dict[str, Any]:
-    import uvloop
-
-    if duration_s <= 0:
-        raise EmqError("--duration-s must be greater than 0")
-    return uvloop.run(_both(duration_s, say))
+    return run_both(_both, duration_s, say)
 
 
 def summary(doc: dict[str, Any]) -> str:
