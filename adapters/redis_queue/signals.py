@@ -41,11 +41,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters.redis_queue.base import READY_MAXLEN, RedisQueueBase
-from adapters.redis_replies import Command, Hints, cursor_of, score_pairs, text
+from adapters.redis_queue.base import RedisQueueBase, due_soon, ready_signal
+from adapters.redis_replies import (
+    Command,
+    Hints,
+    cursor_of,
+    next_score,
+    score_pairs,
+    scores_of,
+    signal_fields,
+    text,
+)
 from emq.core.errors import BackendUnavailable, InvalidInput
 from emq.core.model import GroupRef
 
@@ -91,10 +100,15 @@ class RedisSignals(RedisQueueBase):
         for name, at in hints.due.items():
             due.setdefault(self._owner_of(name), {})[name] = at
         commands: list[Command] = []
+        soon: dict[str | None, int] = {}
         for owner, scores in due.items():
             commands.append(("ZADD", self._due_key(owner), "LT", *score_pairs(scores)))
-        for owner, names in ready.items():
-            commands.append(self._signal(self._ready_key(owner), names))
+            at = due_soon(scores.values())
+            if at is not None and (owner is None or owner != self._address):
+                soon[owner] = at  # (this worker's own parking is told at once: _hinted)
+        for owner in dict.fromkeys([*ready, *soon]):
+            key = self._ready_key(owner)
+            commands.append(ready_signal(key, ready.get(owner, ()), soon.get(owner)))
         return commands
 
     def _ready_key(self, owner: str | None) -> str:
@@ -102,10 +116,6 @@ class RedisSignals(RedisQueueBase):
 
     def _due_key(self, owner: str | None) -> str:
         return self._keys.due_index() if owner is None else self._keys.due_inbox(owner)
-
-    @staticmethod
-    def _signal(key: str, names: Iterable[str]) -> Command:
-        return ("XADD", key, "MAXLEN", "~", READY_MAXLEN, "*", "g", "\n".join(names))
 
     async def _hand_on(self, commands: list[Command], what: str) -> None:
         """Send misaddressed hints to the shared keys; a failure only waits for the sweep."""
@@ -131,10 +141,11 @@ class RedisSignals(RedisQueueBase):
             return after, await self._read_both(after, max(1, count), block)
 
         after, found = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
+        self._read_due(found.pop(_DUE, None))
         mine = found.get(inbox, [])
         stray = [n for n in dict.fromkeys(mine) if not self._owns(n)]
         if stray:
-            await self._hand_on([self._signal(shared, stray)], "misaddressed signals")
+            await self._hand_on([ready_signal(shared, stray)], "misaddressed signals")
         if time.monotonic() >= self._upkeep_at:
             await self._upkeep(inbox, after[inbox])
         names = dict.fromkeys(n for n in mine if n not in stray)
@@ -183,23 +194,36 @@ class RedisSignals(RedisQueueBase):
     # ------------------------------------------------------------------ the due index
 
     async def due_groups(self, now_ms: int, limit: int) -> list[str]:
+        return (await self.due_scan(now_ms, limit))[0]
+
+    async def due_scan(self, now_ms: int, limit: int) -> tuple[list[str], int | None]:
         if self._address is None or limit <= 0:
-            names: list[str] = await super().due_groups(now_ms, limit)  # type: ignore[misc]
-            return names
+            found: tuple[list[str], int | None]
+            found = await super().due_scan(now_ms, limit)  # type: ignore[misc]
+            return found
         own, shared = self._keys.due_inbox(self._address), self._keys.due_index()
         read = ("-inf", int(now_ms), "WITHSCORES", "LIMIT", 0, limit)
+        later = (f"({int(now_ms)}", "+inf", "WITHSCORES", "LIMIT", 0, 1)
         replies = await self._pipeline(
-            [("ZRANGEBYSCORE", own, *read), ("ZRANGEBYSCORE", shared, *read)], "due_groups"
+            [
+                ("ZRANGEBYSCORE", own, *read),
+                ("ZRANGEBYSCORE", shared, *read),
+                ("ZRANGEBYSCORE", own, *later),
+                ("ZRANGEBYSCORE", shared, *later),
+            ],
+            "due_groups",
         )
-        mine = _scores(replies[0])
+        later_ms = (next_score(replies[2]), next_score(replies[3]))
+        next_ms = min((at for at in later_ms if at is not None), default=None)
+        mine = scores_of(replies[0])
         stray = {n: at for n, at in mine.items() if not self._owns(n)}
         if stray:  # moved away: the shared index is where the new owner looks
             moves: list[Command] = [("ZADD", shared, "LT", *score_pairs(stray))]
             await self._hand_on([*moves, ("ZREM", own, *stray)], "misaddressed due entries")
         merged = {n: at for n, at in mine.items() if n not in stray}
-        for name, at in _scores(replies[1]).items():
+        for name, at in scores_of(replies[1]).items():
             merged[name] = min(at, merged.get(name, at))
-        return sorted(merged, key=lambda n: (merged[n], n))[:limit]
+        return sorted(merged, key=lambda n: (merged[n], n))[:limit], next_ms
 
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         if self._address is None or not groups:
@@ -214,22 +238,21 @@ class RedisSignals(RedisQueueBase):
         return self._due_key(self._address)
 
 
-def _names(reply: Any, after: dict[Any, Any]) -> dict[str, list[str]]:
-    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict); moves ``after``."""
+_DUE = "\0due"  # (in _names' answer: the earliest due hint read, not a stream)
+
+
+def _names(reply: Any, after: dict[Any, Any]) -> dict[str, Any]:
+    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict); moves ``after``.
+    The earliest due hint read, if any, under :data:`_DUE`."""
     pairs = reply.items() if isinstance(reply, dict) else (reply or ())
-    found: dict[str, list[str]] = {}
+    found: dict[str, Any] = {}
+    due: int | None = None
     for key, entries in pairs:
-        name, names = text(key), []
+        name, names = text(key), dict[str, None]()
         for id_, fields in entries:
             after[name] = text(id_)
-            names += text(fields[b"g"]).split("\n")
-        found[name] = names
+            due = signal_fields(fields, names, due)
+        found[name] = list(names)
+    if due is not None:
+        found[_DUE] = due
     return found
-
-
-def _scores(reply: Any) -> dict[str, int]:
-    """``{member: score}`` from a ZRANGEBYSCORE ... WITHSCORES reply (pairs or flat)."""
-    items = list(reply or ())
-    flat = not items or not isinstance(items[0], list | tuple)
-    pairs = zip(items[::2], items[1::2], strict=True) if flat else items
-    return {text(member): int(float(score)) for member, score in pairs}
