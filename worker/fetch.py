@@ -49,9 +49,12 @@ next). A high appended after a read was sent then waits for one small read, not 
 and its own after it. Both replies may hold the same high entries; whichever comes second is cut
 to the entries past the queue's last fetched offset, so nothing is buffered twice.
 
-Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
-index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
-queues, and marks those groups hot.
+Delayed jobs and retries: the promoter asks the store which groups have something due (a sorted
+index) and when the next entry falls due, promotes the due jobs of the groups it owns into their
+queues, and marks those groups hot. It looks again when that next entry falls due, when a due
+hint names a sooner job (:meth:`GroupOwner.watch_due`: the worker's own retries at once, the
+API's delayed jobs on a ready signal), and at least every ``DUE_HINT_HORIZON_S``; with a store
+that gives no hints, every ``DUE_POLL_S`` (docs/design/signals.md, "Due hints").
 """
 
 from __future__ import annotations

@@ -8,7 +8,9 @@ under the hash tag ``{worker}``, so a fleet's inboxes spread over a Cluster's sl
 Writing: a hint for a group goes to the inbox of the group's owner as :class:`SignalRoutes`
 names it; a group the routes do not know goes to the inbox of this process if it is a worker
 that owns it (its retries and promotions), else to the shared keys. A put that touches the
-groups of k owners sends k XADDs (one per owner), never one per group.
+groups of k owners sends k XADDs (one per owner), never one per group. A job parked for within
+``DUE_HINT_HORIZON_S`` adds its due time (field ``d``) to its owner's signal, a due hint
+(:meth:`RedisQueueBase.watch_due`); the worker's own parking is told in the process instead.
 
 Reading, once :meth:`RedisSignals.address_to` gave the worker's id (without it every call is
 the shared-keys one of :mod:`~adapters.redis_queue.owner` and :mod:`~adapters.redis_queue.delayed`):
@@ -18,7 +20,8 @@ the shared-keys one of :mod:`~adapters.redis_queue.owner` and :mod:`~adapters.re
   slots, so it first reads the shared stream without blocking and then blocks on the inbox only
   (a shared signal then waits at most one ``timeout_s``: the shared stream is the fallback).
   ``count`` bounds the signals read from each stream.
-* ``due_groups`` reads both indexes in one pipeline and merges them, earliest first.
+* ``due_scan`` (and ``due_groups``) reads both indexes in one pipeline and merges them, earliest
+  first, with the earliest entry after now in either: when the worker looks next.
 * ``reindex_delayed`` writes the worker's own index and first removes the groups from the shared
   one (first: a job parked after that removal re-adds its shared entry, one parked before is in
   the delayed set the reindex reads, so no entry is lost in between).
