@@ -106,9 +106,9 @@ class RedisSignals(RedisQueueBase):
         soon: dict[str | None, int] = {}
         for owner, scores in due.items():
             commands.append(("ZADD", self._due_key(owner), "LT", *score_pairs(scores)))
-            at = due_soon(scores.values())
-            if at is not None and (owner is None or owner != self._address):
-                soon[owner] = at  # (this worker's own parking is told at once: _hinted)
+            first = due_soon(scores.values())
+            if first is not None and (owner is None or owner != self._address):
+                soon[owner] = first  # (this worker's own parking is told at once: _hinted)
         for owner in dict.fromkeys([*ready, *soon]):
             key = self._ready_key(owner)
             commands.append(ready_signal(key, ready.get(owner, ()), soon.get(owner)))
@@ -139,12 +139,12 @@ class RedisSignals(RedisQueueBase):
             return shared_only
         inbox, shared = self._keys.inbox(self._address), self._keys.ready()
 
-        async def read(block: int | None) -> tuple[dict[str, str], dict[str, list[str]]]:
+        async def read(block: int | None) -> tuple[dict[str, str], Signals]:
             after = await self._cursors(cursor, inbox, shared)
             return after, await self._read_both(after, max(1, count), block)
 
-        after, found = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
-        self._read_due(found.pop(_DUE, None))
+        after, (found, due) = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
+        self._read_due(due)
         mine = found.get(inbox, [])
         stray = [n for n in dict.fromkeys(mine) if not self._owns(n)]
         if stray:
@@ -182,16 +182,14 @@ class RedisSignals(RedisQueueBase):
         newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
         return text(newest[0][0]) if newest else "0-0"
 
-    async def _read_both(
-        self, after: dict[Any, Any], count: int, block: int | None
-    ) -> dict[str, list[str]]:
+    async def _read_both(self, after: dict[Any, Any], count: int, block: int | None) -> Signals:
         """XREAD the inbox and the shared stream; ``after`` moves to the last ids read."""
         if not self._cluster:
             return _names(await self._blocking.xread(after, count, block), after)
         inbox, shared = after  # dicts keep order: the inbox first
         found = _names(await self._blocking.xread({shared: after[shared]}, count), after)
-        if any(found.values()):  # something shared: answer now, the next call reads the inbox
-            return found
+        if any(found[0].values()) or found[1] is not None:
+            return found  # something shared: answer now, the next call reads the inbox
         return _names(await self._blocking.xread({inbox: after[inbox]}, count, block), after)
 
     # ------------------------------------------------------------------ the due index
@@ -241,14 +239,14 @@ class RedisSignals(RedisQueueBase):
         return self._due_key(self._address)
 
 
-_DUE = "\0due"  # (in _names' answer: the earliest due hint read, not a stream)
+Signals = tuple[dict[str, list[str]], int | None]  # group names per stream, the earliest due hint
 
 
-def _names(reply: Any, after: dict[Any, Any]) -> dict[str, Any]:
-    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict); moves ``after``.
-    The earliest due hint read, if any, under :data:`_DUE`."""
+def _names(reply: Any, after: dict[Any, Any]) -> Signals:
+    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict), and the earliest
+    due hint read (or None); moves ``after``."""
     pairs = reply.items() if isinstance(reply, dict) else (reply or ())
-    found: dict[str, Any] = {}
+    found: dict[str, list[str]] = {}
     due: int | None = None
     for key, entries in pairs:
         name, names = text(key), dict[str, None]()
@@ -256,6 +254,4 @@ def _names(reply: Any, after: dict[Any, Any]) -> dict[str, Any]:
             after[name] = text(id_)
             due = signal_fields(fields, names, due)
         found[name] = list(names)
-    if due is not None:
-        found[_DUE] = due
-    return found
+    return found, due
