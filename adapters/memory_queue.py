@@ -129,6 +129,7 @@ class MemoryQueueBackend(QueueBackend):
         self._signals: collections.deque[tuple[str, ...]] = collections.deque(maxlen=READY_MAXLEN)
         self._signalled = 0  # signals ever made: the newest one's sequence number
         self._signal = asyncio.Event()  # set (and replaced) on every signal and on close
+        self._due_hints: list[Callable[[int], None]] = []  # (watch_due)
 
     # ------------------------------------------------------------------ helpers
 
@@ -163,6 +164,8 @@ class MemoryQueueBackend(QueueBackend):
         name = str(group)
         if due_ms < self._due_index.get(name, due_ms + 1):  # like ZADD LT
             self._due_index[name] = due_ms
+        for hint in self._due_hints:
+            hint(due_ms)
 
     def _notify(self, groups: Iterable[GroupRef]) -> None:
         """Signal that ``groups`` got jobs to read, and wake every wait_ready."""
@@ -301,6 +304,17 @@ class MemoryQueueBackend(QueueBackend):
         self._open()
         due = sorted((at, name) for name, at in self._due_index.items() if at <= now_ms)
         return [name for _, name in due[: max(0, limit)]]
+
+    async def due_scan(self, now_ms: int, limit: int) -> tuple[list[str], int | None]:
+        """:meth:`due_groups`, and the earliest due-index entry after ``now_ms``."""
+        later = [at for at in self._due_index.values() if at > now_ms]
+        return await self.due_groups(now_ms, limit), min(later, default=None)
+
+    def watch_due(self, hint: Callable[[int], None]) -> bool:
+        """Every job parked (put with a due time, scheduled, released) is told at once."""
+        if hint not in self._due_hints:  # (a promoter restarted after an outage asks again)
+            self._due_hints.append(hint)
+        return True
 
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Set the due-index entries of ``groups`` to their earliest delayed job, or drop them."""

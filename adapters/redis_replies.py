@@ -130,15 +130,46 @@ def counts_of(
     return {q: n for q in requests if (n := count.get(q, 0)) > 0}
 
 
-def ready_names(reply: Any, cursor: str) -> tuple[str, list[str]]:
-    """(the last signal's id or ``cursor``, the group names it carried) from an XREAD reply."""
+def ready_names(reply: Any, cursor: str) -> tuple[str, list[str], int | None]:
+    """(the last signal's id or ``cursor``, the group names they carried, the earliest due
+    hint among them or None) from an XREAD reply."""
     streams = reply.values() if isinstance(reply, dict) else [e for _, e in reply or ()]
     names: dict[str, None] = {}
+    due: int | None = None
     for entries in streams:
         for id_, fields in entries:
             cursor = text(id_)
-            names.update(dict.fromkeys(text(fields[b"g"]).split("\n")))
-    return cursor, list(names)
+            due = signal_fields(fields, names, due)
+    return cursor, list(names), due
+
+
+def scores_of(reply: Any) -> dict[str, int]:
+    """``{member: score}`` from a ZRANGEBYSCORE ... WITHSCORES reply (pairs or flat)."""
+    items = list(reply or ())
+    flat = not items or not isinstance(items[0], list | tuple)
+    pairs = zip(items[::2], items[1::2], strict=True) if flat else items
+    return {text(member): int(float(score)) for member, score in pairs}
+
+
+def next_score(reply: Any) -> int | None:
+    """The least score of a ZRANGEBYSCORE ... WITHSCORES reply, None if it is empty."""
+    return min(scores_of(reply).values(), default=None)
+
+
+def signal_fields(fields: Any, names: dict[str, None], due: int | None) -> int | None:
+    """Add a ready signal's group names (field ``g``) to ``names``; returns the earlier of
+    ``due`` and its due hint (field ``d``, :func:`adapters.redis_queue.base.ready_signal`).
+    A malformed signal (a hint) counts for nothing: it must not stop its reader."""
+    listed = fields.get(b"g") or b""
+    names.update(dict.fromkeys(n for n in text(listed).split("\n") if n))
+    hinted = fields.get(b"d")
+    if hinted is not None:
+        try:
+            at = int(hinted)
+        except ValueError:
+            return due
+        return at if due is None or at < due else due
+    return due
 
 
 def entries_of(queue: QueueRef, flat: list[Any]) -> list[Entry]:

@@ -49,21 +49,27 @@ next). A high appended after a read was sent then waits for one small read, not 
 and its own after it. Both replies may hold the same high entries; whichever comes second is cut
 to the entries past the queue's last fetched offset, so nothing is buffered twice.
 
-Delayed jobs and retries: a poller asks the store which groups have something due (a sorted
-index, one query per ``due_poll_s``), promotes the due jobs of the groups it owns into their
-queues, and marks those groups hot.
+Delayed jobs and retries: the promoter asks the store which groups have something due (a sorted
+index) and when the next entry falls due, promotes the due jobs of the groups it owns into their
+queues, and marks those groups hot. It looks again when that next entry falls due, when a due
+hint names a sooner job (:meth:`GroupOwner.watch_due`: the worker's own retries at once, the
+API's delayed jobs on a ready signal), and at least every ``DUE_HINT_HORIZON_S``; with a store
+that gives no hints, every ``DUE_POLL_S`` (docs/design/signals.md, "Due hints").
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections.abc import Callable, Mapping
 
 from emq.core.errors import BackendUnavailable
 from emq.core.interfaces import Entry, GroupOwner, Offset
 from emq.core.model import Priority, QueueRef
+from emq.core.signals import DUE_HINT_HORIZON_S, DUE_POLL_S
+from worker.alarm import Alarm
 from worker.groups import Buffered, ByteBudget, GroupState, now_ms
 from worker.outage import Outage
 from worker.settings import WorkerSettings
@@ -75,6 +81,8 @@ MAX_QUEUES_PER_READ = 512
 FAILED_READ_RETRY_S = 0.25  # a group whose own read failed while others' did not: read again
 MAX_ENTRIES_PER_QUEUE = 1000
 HIGH_FLOOR = 8  # jobs a high queue may read even with the byte budget spent
+DUE_GROUPS_PER_LOOK = 1000  # groups with jobs due the promoter takes per look at the index
+MIN_DUE_GAP_S = 0.005  # the promoter looks at most this often, whatever the hints say
 RESUME_AT = 0.75  # budget-starved groups are queued again below this share of the budget
 # Bytes per job assumed until a read has shown the real size (then: the last read's average).
 # Large on purpose: a first read of hundreds of queues must not take gigabytes.
@@ -108,6 +116,8 @@ class Fetcher:
         self._out = 0  # reads out (see the high lane in the module doc)
         self._lane: dict[GroupState, None] = {}  # groups whose high queue the lane reads next
         self._lane_task: asyncio.Task[None] | None = None
+        self._due_alarm = Alarm()  # the promoter's next look (see promote)
+        self._looked = -math.inf  # when it last looked (the event loop's clock)
 
     # ------------------------------------------------------------------ marking
 
@@ -407,6 +417,8 @@ class Fetcher:
                 await self._queues.reindex_delayed(refs)
             except BackendUnavailable as e:
                 log.warning("due index of %d claimed groups not updated (%s)", len(refs), e)
+            else:  # their jobs due by now (or soon) were announced to nobody: look now
+                self._due_alarm.sooner(asyncio.get_running_loop().time())
 
     async def listen(self) -> None:
         """Mark the groups named by ready signals hot. After an outage, one sweep: the signals
@@ -427,28 +439,53 @@ class Fetcher:
                 if group is not None:
                     self.signal(group)
 
-    async def promote(self, poll_s: float = 0.1) -> None:
-        """Move due delayed jobs and retries of owned groups into their queues."""
+    async def promote(self, poll_s: float = DUE_POLL_S) -> None:
+        """Move due delayed jobs and retries of owned groups into their queues.
+
+        With due hints (:meth:`GroupOwner.watch_due`) it looks when the earliest job it read of
+        falls due or a hint names a sooner one, and at least every DUE_HINT_HORIZON_S (a hint
+        lost, a job parked beyond the horizon); without them, every ``poll_s``. Never more
+        often than every MIN_DUE_GAP_S."""
+        alarm = self._due_alarm
+        hinted = self._queues.watch_due(self.due_hint)
+        loop = asyncio.get_running_loop()
+        alarm.set(loop.time() + poll_s)
         while True:
-            await asyncio.sleep(poll_s)
+            await alarm.wait()
+            self._looked = loop.time()
+            alarm.set(self._looked + (DUE_HINT_HORIZON_S if hinted else poll_s))
             try:
-                await self._promote_due()
+                next_ms = await self._promote_due()
             except BackendUnavailable as e:
                 await self._outage.pause("due-job promoter", e)
+                alarm.sooner(loop.time())  # (the pause returns when it may try again)
                 continue
             self._outage.resumed("due-job promoter")
+            if hinted and next_ms is not None:
+                self.due_hint(next_ms)
 
-    async def _promote_due(self) -> None:
+    def due_hint(self, due_ms: int) -> None:
+        """A job was parked until ``due_ms`` (epoch ms): the promoter looks then if that is
+        sooner than planned (and MIN_DUE_GAP_S after its last look at the soonest)."""
+        loop = asyncio.get_running_loop()
+        at = loop.time() + (due_ms / 1000 - time.time())
+        self._due_alarm.sooner(max(at, self._looked + MIN_DUE_GAP_S))
+
+    async def _promote_due(self) -> int | None:
+        """Promote what is due now; the earliest due time after now in the index (or None)."""
         now = now_ms()
-        names = await self._queues.due_groups(now, 1000)
+        names, next_ms = await self._queues.due_scan(now, DUE_GROUPS_PER_LOOK)
+        if len(names) >= DUE_GROUPS_PER_LOOK:
+            next_ms = now  # more are due than one look takes: look again soon
         owned = [g for n in names if (g := self._groups.get(n)) is not None and not g.dropped]
         if not owned:
-            return
+            return next_ms
         moved = await asyncio.gather(*(self._queues.promote_due(g.ref, now, 10_000) for g in owned))
         await self._queues.reindex_delayed([g.ref for g in owned])
         for g, n in zip(owned, moved, strict=True):
             if n:
                 self.signal(g)
+        return next_ms
 
     async def sweep(self) -> None:
         """Every ``sweep_interval_s``: treat every owned group with a job after what was

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
+import time
 from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import Any, TypeVar
 
@@ -28,7 +29,7 @@ from emq.core.errors import BackendUnavailable, ConfigError, Fenced
 from emq.core.interfaces import BackendHealth
 from emq.core.model import GroupRef, Priority, QueueRef
 from emq.core.naming import RedisKeys
-from emq.core.signals import SignalRoutes
+from emq.core.signals import DUE_HINT_HORIZON_S, SignalRoutes
 
 log = logging.getLogger(__name__)
 
@@ -81,6 +82,7 @@ class RedisQueueBase:
         self._key_cache: dict[QueueRef, QueueKeys] = {}
         self._closed = False
         self.health = BackendHealth()
+        self._due_hint: Callable[[int], None] | None = None  # (watch_due)
         self._scripts: list[AsyncScript] = []
         self._register_scripts()
         self._calls = RedisCalls(client, self._scripts, self.health)
@@ -213,11 +215,26 @@ class RedisQueueBase:
         commands: list[Command] = []
         if hints.due:
             commands.append(("ZADD", self._keys.due_index(), "LT", *score_pairs(hints.due)))
-        if hints.ready:
-            names = "\n".join(hints.ready)
-            ready = self._keys.ready()
-            commands.append(("XADD", ready, "MAXLEN", "~", READY_MAXLEN, "*", "g", names))
+        soon = due_soon(hints.due.values())
+        if hints.ready or soon is not None:
+            commands.append(ready_signal(self._keys.ready(), hints.ready, soon))
         return commands
+
+    def watch_due(self, hint: Callable[[int], None]) -> bool:
+        """See :meth:`emq.core.interfaces.GroupOwner.watch_due`: this process's own parking is
+        told at once (:meth:`_hinted`), another's through the ``d`` field of a ready signal."""
+        self._due_hint = hint
+        return True
+
+    def _hinted(self, hints: Hints) -> None:
+        """``hints`` were written: tell this process's due watcher of the earliest due time."""
+        if hints.due and self._due_hint is not None:
+            self._due_hint(min(hints.due.values()))
+
+    def _read_due(self, due_ms: int | None) -> None:
+        """A ready signal read carried the due time ``due_ms`` (or None)."""
+        if due_ms is not None and self._due_hint is not None:
+            self._due_hint(due_ms)
 
     def _reindex_key(self) -> str:
         """The due index :meth:`reindex_delayed` writes (a worker's own one once addressed)."""
@@ -233,6 +250,8 @@ class RedisQueueBase:
         except BackendUnavailable as e:
             # The writes are done; the workers' periodic sweep finds them without the hint.
             log.warning("could not signal %s after %s: %s", hints, what, e)
+        else:
+            self._hinted(hints)
 
     async def aclose(self) -> None:
         if self._closed:
@@ -243,3 +262,24 @@ class RedisQueueBase:
                 await self._blocking.aclose()
         finally:
             await self._client.aclose()
+
+
+def due_soon(due: Iterable[int], now_s: float | None = None) -> int | None:
+    """The earliest of the due times ``due`` (epoch ms) if it lies within the due-hint horizon
+    (:data:`~emq.core.signals.DUE_HINT_HORIZON_S`), else None: a later one is found by its
+    owner's own look at the due index before it falls due."""
+    earliest = min(due, default=None)
+    if earliest is None:
+        return None
+    now_s = time.time() if now_s is None else now_s
+    return earliest if earliest < (now_s + DUE_HINT_HORIZON_S) * 1000 else None
+
+
+def ready_signal(key: str, names: Iterable[str], due_ms: int | None = None) -> Command:
+    """A ready signal on stream ``key``: field ``g``, the group names (one per line), and with
+    ``due_ms`` a field ``d``, a job parked until then (a due hint). ``g`` is always there, empty
+    for a due hint alone: a reader that does not know ``d`` reads an empty name and skips it."""
+    fields: tuple[Any, ...] = ("g", "\n".join(names))
+    if due_ms is not None:
+        fields += ("d", int(due_ms))
+    return ("XADD", key, "MAXLEN", "~", READY_MAXLEN, "*", *fields)

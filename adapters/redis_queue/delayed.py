@@ -16,7 +16,7 @@ from typing import Any
 
 from adapters.redis_queue.base import RedisQueueBase
 from adapters.redis_queue.lua import FENCE, STREAMS
-from adapters.redis_replies import Command, Hints, score_pairs, text
+from adapters.redis_replies import Command, Hints, next_score, score_pairs, text
 from emq.core.interfaces import Scheduled
 from emq.core.model import GroupRef
 
@@ -161,6 +161,17 @@ class RedisDelayed(RedisQueueBase):
             return []
         command = ("ZRANGEBYSCORE", self._keys.due_index(), "-inf", int(now_ms), "LIMIT", 0, limit)
         return [text(name) for name in await self._call(command, "due_groups")]
+
+    async def due_scan(self, now_ms: int, limit: int) -> tuple[list[str], int | None]:
+        """:meth:`due_groups`, and the earliest index entry after ``now_ms`` (one round trip)."""
+        index = self._keys.due_index()
+        commands: list[Command] = [
+            ("ZRANGEBYSCORE", index, "-inf", int(now_ms), "LIMIT", 0, max(0, limit)),
+            ("ZRANGEBYSCORE", index, f"({int(now_ms)}", "+inf", "WITHSCORES", "LIMIT", 0, 1),
+        ]
+        due, later = await self._pipeline(commands, "due_groups")
+        names = [text(name) for name in due] if limit > 0 else []
+        return names, next_score(later)
 
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Set the due-index entries of ``groups`` to their earliest delayed job (or remove them).

@@ -483,7 +483,9 @@ class RedisOwner(RedisQueueBase):
             return after, await self._blocking.xread({key: after}, max(1, count), block)
 
         after, reply = await self._blocking_read(key, timeout_s, _BLOCK_GRACE_S, read)
-        return ready_names(reply, after)
+        last, names, due = ready_names(reply, after)
+        self._read_due(due)
+        return last, names
 
     async def _ready_tail(self, key: str) -> str:
         """The newest signal's id, or ``0-0`` if none: every later signal sorts after it."""

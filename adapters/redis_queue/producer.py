@@ -100,9 +100,10 @@ class RedisProducer(RedisQueueBase):
         others wait for the replies, since a duplicate announces nothing.
         """
         commands, slots, hints = self._put_commands(items)
+        sent = Hints()  # (the hints sent in the put's own pipeline)
         if not self._cluster:  # one server runs the pipeline in order: hints land after the jobs
             commands += self._hint_commands(hints)
-            hints = Hints()
+            hints, sent = Hints(), hints
         if self._wait is not None:  # on the same connection: waits for the writes above
             commands.append(("WAIT", *self._wait))
         # A put without idempotency keys is not sent twice: had the first one reached Redis
@@ -113,6 +114,7 @@ class RedisProducer(RedisQueueBase):
             replies = await self._pipeline(commands, "put", repeatable=repeatable)
         except BackendUnavailable as e:  # (it may have run, on some shards or all)
             raise BackendUnavailable(f"{e.message}; {POSSIBLY_STORED}") from e
+        self._hinted(sent)
         if self._wait is not None:
             check_acknowledged(int(replies[-1]), *self._wait)
         results = []

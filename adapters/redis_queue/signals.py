@@ -8,7 +8,9 @@ under the hash tag ``{worker}``, so a fleet's inboxes spread over a Cluster's sl
 Writing: a hint for a group goes to the inbox of the group's owner as :class:`SignalRoutes`
 names it; a group the routes do not know goes to the inbox of this process if it is a worker
 that owns it (its retries and promotions), else to the shared keys. A put that touches the
-groups of k owners sends k XADDs (one per owner), never one per group.
+groups of k owners sends k XADDs (one per owner), never one per group. A job parked for within
+``DUE_HINT_HORIZON_S`` adds its due time (field ``d``) to its owner's signal, a due hint
+(:meth:`RedisQueueBase.watch_due`); the worker's own parking is told in the process instead.
 
 Reading, once :meth:`RedisSignals.address_to` gave the worker's id (without it every call is
 the shared-keys one of :mod:`~adapters.redis_queue.owner` and :mod:`~adapters.redis_queue.delayed`):
@@ -18,7 +20,8 @@ the shared-keys one of :mod:`~adapters.redis_queue.owner` and :mod:`~adapters.re
   slots, so it first reads the shared stream without blocking and then blocks on the inbox only
   (a shared signal then waits at most one ``timeout_s``: the shared stream is the fallback).
   ``count`` bounds the signals read from each stream.
-* ``due_groups`` reads both indexes in one pipeline and merges them, earliest first.
+* ``due_scan`` (and ``due_groups``) reads both indexes in one pipeline and merges them, earliest
+  first, with the earliest entry after now in either: when the worker looks next.
 * ``reindex_delayed`` writes the worker's own index and first removes the groups from the shared
   one (first: a job parked after that removal re-adds its shared entry, one parked before is in
   the delayed set the reindex reads, so no entry is lost in between).
@@ -41,11 +44,20 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from adapters.redis_queue.base import READY_MAXLEN, RedisQueueBase
-from adapters.redis_replies import Command, Hints, cursor_of, score_pairs, text
+from adapters.redis_queue.base import RedisQueueBase, due_soon, ready_signal
+from adapters.redis_replies import (
+    Command,
+    Hints,
+    cursor_of,
+    next_score,
+    score_pairs,
+    scores_of,
+    signal_fields,
+    text,
+)
 from emq.core.errors import BackendUnavailable, InvalidInput
 from emq.core.model import GroupRef
 
@@ -91,10 +103,15 @@ class RedisSignals(RedisQueueBase):
         for name, at in hints.due.items():
             due.setdefault(self._owner_of(name), {})[name] = at
         commands: list[Command] = []
+        soon: dict[str | None, int] = {}
         for owner, scores in due.items():
             commands.append(("ZADD", self._due_key(owner), "LT", *score_pairs(scores)))
-        for owner, names in ready.items():
-            commands.append(self._signal(self._ready_key(owner), names))
+            first = due_soon(scores.values())
+            if first is not None and (owner is None or owner != self._address):
+                soon[owner] = first  # (this worker's own parking is told at once: _hinted)
+        for owner in dict.fromkeys([*ready, *soon]):
+            key = self._ready_key(owner)
+            commands.append(ready_signal(key, ready.get(owner, ()), soon.get(owner)))
         return commands
 
     def _ready_key(self, owner: str | None) -> str:
@@ -102,10 +119,6 @@ class RedisSignals(RedisQueueBase):
 
     def _due_key(self, owner: str | None) -> str:
         return self._keys.due_index() if owner is None else self._keys.due_inbox(owner)
-
-    @staticmethod
-    def _signal(key: str, names: Iterable[str]) -> Command:
-        return ("XADD", key, "MAXLEN", "~", READY_MAXLEN, "*", "g", "\n".join(names))
 
     async def _hand_on(self, commands: list[Command], what: str) -> None:
         """Send misaddressed hints to the shared keys; a failure only waits for the sweep."""
@@ -126,15 +139,16 @@ class RedisSignals(RedisQueueBase):
             return shared_only
         inbox, shared = self._keys.inbox(self._address), self._keys.ready()
 
-        async def read(block: int | None) -> tuple[dict[str, str], dict[str, list[str]]]:
+        async def read(block: int | None) -> tuple[dict[str, str], Signals]:
             after = await self._cursors(cursor, inbox, shared)
             return after, await self._read_both(after, max(1, count), block)
 
-        after, found = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
+        after, (found, due) = await self._blocking_read(inbox, timeout_s, _BLOCK_GRACE_S, read)
+        self._read_due(due)
         mine = found.get(inbox, [])
         stray = [n for n in dict.fromkeys(mine) if not self._owns(n)]
         if stray:
-            await self._hand_on([self._signal(shared, stray)], "misaddressed signals")
+            await self._hand_on([ready_signal(shared, stray)], "misaddressed signals")
         if time.monotonic() >= self._upkeep_at:
             await self._upkeep(inbox, after[inbox])
         names = dict.fromkeys(n for n in mine if n not in stray)
@@ -168,38 +182,49 @@ class RedisSignals(RedisQueueBase):
         newest: Any = await self._blocking.xrevrange(key, "+", "-", 1)
         return text(newest[0][0]) if newest else "0-0"
 
-    async def _read_both(
-        self, after: dict[Any, Any], count: int, block: int | None
-    ) -> dict[str, list[str]]:
+    async def _read_both(self, after: dict[Any, Any], count: int, block: int | None) -> Signals:
         """XREAD the inbox and the shared stream; ``after`` moves to the last ids read."""
         if not self._cluster:
             return _names(await self._blocking.xread(after, count, block), after)
         inbox, shared = after  # dicts keep order: the inbox first
         found = _names(await self._blocking.xread({shared: after[shared]}, count), after)
-        if any(found.values()):  # something shared: answer now, the next call reads the inbox
-            return found
+        if any(found[0].values()) or found[1] is not None:
+            return found  # something shared: answer now, the next call reads the inbox
         return _names(await self._blocking.xread({inbox: after[inbox]}, count, block), after)
 
     # ------------------------------------------------------------------ the due index
 
     async def due_groups(self, now_ms: int, limit: int) -> list[str]:
+        return (await self.due_scan(now_ms, limit))[0]
+
+    async def due_scan(self, now_ms: int, limit: int) -> tuple[list[str], int | None]:
         if self._address is None or limit <= 0:
-            names: list[str] = await super().due_groups(now_ms, limit)  # type: ignore[misc]
-            return names
+            found: tuple[list[str], int | None]
+            found = await super().due_scan(now_ms, limit)  # type: ignore[misc]
+            return found
         own, shared = self._keys.due_inbox(self._address), self._keys.due_index()
         read = ("-inf", int(now_ms), "WITHSCORES", "LIMIT", 0, limit)
+        later = (f"({int(now_ms)}", "+inf", "WITHSCORES", "LIMIT", 0, 1)
         replies = await self._pipeline(
-            [("ZRANGEBYSCORE", own, *read), ("ZRANGEBYSCORE", shared, *read)], "due_groups"
+            [
+                ("ZRANGEBYSCORE", own, *read),
+                ("ZRANGEBYSCORE", shared, *read),
+                ("ZRANGEBYSCORE", own, *later),
+                ("ZRANGEBYSCORE", shared, *later),
+            ],
+            "due_groups",
         )
-        mine = _scores(replies[0])
+        later_ms = (next_score(replies[2]), next_score(replies[3]))
+        next_ms = min((at for at in later_ms if at is not None), default=None)
+        mine = scores_of(replies[0])
         stray = {n: at for n, at in mine.items() if not self._owns(n)}
         if stray:  # moved away: the shared index is where the new owner looks
             moves: list[Command] = [("ZADD", shared, "LT", *score_pairs(stray))]
             await self._hand_on([*moves, ("ZREM", own, *stray)], "misaddressed due entries")
         merged = {n: at for n, at in mine.items() if n not in stray}
-        for name, at in _scores(replies[1]).items():
+        for name, at in scores_of(replies[1]).items():
             merged[name] = min(at, merged.get(name, at))
-        return sorted(merged, key=lambda n: (merged[n], n))[:limit]
+        return sorted(merged, key=lambda n: (merged[n], n))[:limit], next_ms
 
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         if self._address is None or not groups:
@@ -214,22 +239,19 @@ class RedisSignals(RedisQueueBase):
         return self._due_key(self._address)
 
 
-def _names(reply: Any, after: dict[Any, Any]) -> dict[str, list[str]]:
-    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict); moves ``after``."""
+Signals = tuple[dict[str, list[str]], int | None]  # group names per stream, the earliest due hint
+
+
+def _names(reply: Any, after: dict[Any, Any]) -> Signals:
+    """Group names per stream from an XREAD reply (RESP2 list or RESP3 dict), and the earliest
+    due hint read (or None); moves ``after``."""
     pairs = reply.items() if isinstance(reply, dict) else (reply or ())
     found: dict[str, list[str]] = {}
+    due: int | None = None
     for key, entries in pairs:
-        name, names = text(key), []
+        name, names = text(key), dict[str, None]()
         for id_, fields in entries:
             after[name] = text(id_)
-            names += text(fields[b"g"]).split("\n")
-        found[name] = names
-    return found
-
-
-def _scores(reply: Any) -> dict[str, int]:
-    """``{member: score}`` from a ZRANGEBYSCORE ... WITHSCORES reply (pairs or flat)."""
-    items = list(reply or ())
-    flat = not items or not isinstance(items[0], list | tuple)
-    pairs = zip(items[::2], items[1::2], strict=True) if flat else items
-    return {text(member): int(float(score)) for member, score in pairs}
+            due = signal_fields(fields, names, due)
+        found[name] = list(names)
+    return found, due

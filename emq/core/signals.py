@@ -18,6 +18,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+# Due hints (GroupOwner.watch_due): a worker that gets them looks at its due index when the
+# earliest entry it read falls due, and at least this often; so a job parked for sooner than
+# this ahead is announced to its owner (a field ``d`` on a ready signal), a later one is found
+# by the owner's look before it falls due. Without hints a worker looks every DUE_POLL_S.
+DUE_HINT_HORIZON_S = 1.0
+DUE_POLL_S = 0.1
+
 
 class SignalRoutes:
     """Group name (``str(GroupRef)``) -> the worker that owns it, as far as this process knows.

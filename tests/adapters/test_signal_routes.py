@@ -9,6 +9,7 @@ reindex moves a group's shared due entry into its owner's index.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import AsyncIterator
 
 import pytest
@@ -16,10 +17,10 @@ import redis.asyncio as aioredis
 from redis.asyncio.cluster import RedisCluster
 
 from adapters.redis_queue import RedisQueueBackend, connect
-from emq.core.interfaces import PutItem
+from emq.core.interfaces import PutItem, Scheduled
 from emq.core.model import GroupRef, Namespace, Priority, TopicRef
 from emq.core.naming import RedisKeys
-from emq.core.signals import SignalRoutes
+from emq.core.signals import DUE_HINT_HORIZON_S, SignalRoutes
 from tests.adapters.conftest import _delete_prefix, _url
 
 BASE_MS = 1_700_000_000_000
@@ -198,9 +199,13 @@ async def test_addressing_switched_off_keeps_the_shared_layout(
         await producer.put([PutItem(G1.queue(Priority.MEDIUM), "j", b"{}", due_ms=BASE_MS)])
         await producer.put([PutItem(G1.queue(Priority.MEDIUM), "k", b"{}")])
         keys = RedisKeys(test_id)
-        assert await raw.xlen(keys.ready()) == 1 and await raw.zcard(keys.due_index()) == 1
+        # (the job due at once is announced too: a due hint, on the shared stream as well)
+        assert await raw.xlen(keys.ready()) == 2 and await raw.zcard(keys.due_index()) == 1
         assert await raw.exists(keys.inbox("w1"), keys.due_inbox("w1")) == 0
+        hints: list[int] = []
+        worker.watch_due(hints.append)
         assert (await worker.wait_ready(cursor, 1))[1] == [str(G1)]
+        assert hints == [BASE_MS]  # (the shared stream's due hint, read by its one reader)
     finally:
         await producer.aclose()
         await worker.aclose()
@@ -223,3 +228,53 @@ async def test_a_worker_trims_its_inbox_and_keeps_it_alive(fleet: Fleet) -> None
     assert await fleet.raw.xlen(keys.inbox("w1")) == 1  # the last one read marks the cursor
     for key in (keys.inbox("w1"), keys.due_inbox("w1")):
         assert 0 < await fleet.raw.ttl(key) <= 3600
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+async def read_hints(worker: RedisQueueBackend, cursor: str) -> str:
+    """Read ``worker``'s signals (both streams on a Cluster: two reads) into its watcher."""
+    cursor, _ = await worker.wait_ready(cursor, 0.2)
+    cursor, _ = await worker.wait_ready(cursor, 0)
+    return cursor
+
+
+async def test_a_job_parked_for_soon_is_hinted_to_its_owner_and_no_other(fleet: Fleet) -> None:
+    """GroupOwner.watch_due: a job the API parks for within the horizon reaches its owner's
+    watcher through its inbox (field ``d``); one due later is left to the owner's own look;
+    the owner's own parking is told at once, with nothing written to its inbox."""
+    w1, w2 = fleet.workers["w1"], fleet.workers["w2"]
+    hints: dict[str, list[int]] = {"w1": [], "w2": []}
+    assert w1.watch_due(hints["w1"].append) and w2.watch_due(hints["w2"].append)
+    c1, _ = await w1.wait_ready(None, 0)
+    c2, _ = await w2.wait_ready(None, 0)
+    soon, later = now_ms() + 300, now_ms() + int(DUE_HINT_HORIZON_S * 1000) + 5000
+    await fleet.put(G1, soon)
+    await fleet.put(G2, later)
+    c1 = await read_hints(w1, c1)
+    c2 = await read_hints(w2, c2)
+    assert hints == {"w1": [soon], "w2": []}
+    assert await w2.due_scan(now_ms(), 10) == ([], later)  # (the owner's look finds it)
+    keys = RedisKeys(fleet.producer._keys.prefix)
+    inbox = await fleet.raw.xlen(keys.inbox("w1"))
+    retry = now_ms() + 200
+    await w1.schedule(G1, 0, [Scheduled(Priority.HIGH, b"{}", retry)])
+    assert hints["w1"] == [soon, retry]  # at once, without a read
+    assert await fleet.raw.xlen(keys.inbox("w1")) == inbox
+
+
+async def test_a_malformed_signal_counts_for_nothing(fleet: Fleet) -> None:
+    """A ready signal is a hint: one without ``g`` or with a ``d`` that is no number names no
+    group and hints nothing, and its reader goes on."""
+    w1 = fleet.workers["w1"]
+    hints: list[int] = []
+    w1.watch_due(hints.append)
+    c1, _ = await w1.wait_ready(None, 0)
+    keys = RedisKeys(fleet.producer._keys.prefix)
+    await fleet.raw.xadd(keys.inbox("w1"), {"d": "soon"})
+    await fleet.raw.xadd(keys.inbox("w1"), {"x": "1"})
+    await fleet.put(G1)
+    c1, names = await w1.wait_ready(c1, 0.5)
+    assert names == [str(G1)] and hints == []

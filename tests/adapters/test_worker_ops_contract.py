@@ -139,6 +139,13 @@ async def test_a_delayed_put_is_due_only_once_due_and_gone_after_reindex(
     assert await backend.due_groups(BASE_MS + 250, 10) == [str(g) for g in groups[:3]]
     assert await backend.due_groups(BASE_MS + 10**6, 2) == [str(g) for g in groups[:2]]
     assert await backend.due_groups(BASE_MS + 10**6, 0) == []
+    # due_scan: the same, and when the promoter must look next (the earliest entry after now)
+    assert await backend.due_scan(BASE_MS - 51, 10) == ([], BASE_MS - 50)
+    assert await backend.due_scan(BASE_MS + 250, 10) == (
+        [str(g) for g in groups[:3]],
+        due[groups[3]],
+    )
+    assert await backend.due_scan(BASE_MS + 10**6, 10) == ([str(g) for g in groups], None)
     for g in groups[:3]:
         assert await backend.promote_due(g, BASE_MS + 250, 10) >= 1
     await backend.reindex_delayed([*groups[:3], groups[0]])
@@ -406,7 +413,8 @@ async def test_writes_that_append_signal_and_others_do_not(subject: Subject) -> 
     await backend.schedule(g4, 1, [Scheduled(MEDIUM, b"f", BASE_MS)])
     assert await backend.promote_due(g3, BASE_MS - 1, 10) == 0
     assert await backend.replay_dead(g5, None, 10) == 0
-    assert await backend.wait_ready(cursor, 0.1) == (cursor, [])
+    cursor, names = await backend.wait_ready(cursor, 0.1)  # (the due jobs' hints: no names)
+    assert names == []
 
     assert await backend.promote_due(g3, BASE_MS, 10) == 2
     cursor, names = await drain(backend, cursor)

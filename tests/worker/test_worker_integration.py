@@ -12,9 +12,11 @@ import time
 from typing import Any
 
 import pytest
+import redis.asyncio as aioredis
 from standardwebhooks import Webhook
 
 from emq.core.model import GroupRef
+from emq.core.settings import Settings
 from tests.worker.conftest import SECRET, Sink, Stack, fast_retry, full_seconds
 
 
@@ -172,18 +174,37 @@ async def test_refused_destination_goes_straight_to_the_dlq_without_a_connection
         listener.close()
 
 
+async def due_looks(redis_url: str) -> int:
+    """ZRANGEBYSCORE calls so far: the workers' looks at their due index (Redis-wide)."""
+    client = aioredis.Redis.from_url(redis_url)
+    try:
+        stats = await client.info("commandstats")
+    finally:
+        await client.aclose()
+    return int(stats.get("cmdstat_zrangebyscore", {}).get("calls", 0))
+
+
 @pytest.mark.serial
 async def test_delayed_jobs_are_delivered_when_due(
-    stack: Stack, sink: Sink, worker_process: Any
+    stack: Stack, sink: Sink, worker_process: Any, settings: Settings
 ) -> None:
+    """A job due within the due-hint horizon is announced to the worker and sent when due; one
+    due later is found by the worker's own look; an idle worker looks about once a second, not
+    ten times (GroupOwner.watch_due)."""
     await stack.topic("d", 100)
     worker_process()
     await asyncio.sleep(1.0)
+    before = await due_looks(settings.redis_url)
+    await asyncio.sleep(2.0)
+    looks = await due_looks(settings.redis_url) - before
+    assert looks <= 12, looks  # (2 per look at most; polling ten times a second made 20-40)
     sent = time.time()
     await stack.enqueue("d", jobs(sink, "d", 3, delay_s=1.5))
-    assert await sink.wait_for(lambda: len(sink.of("d")) == 3, 10)
-    arrivals = [d.at - sent for d in sink.of("d")]
-    assert all(1.4 <= a <= 2.5 for a in arrivals), arrivals
+    await stack.enqueue("d", jobs(sink, "d", 2, delay_s=0.3))
+    assert await sink.wait_for(lambda: len(sink.of("d")) == 5, 10)
+    arrivals = sorted(d.at - sent for d in sink.of("d"))
+    assert all(0.28 <= a <= 0.5 for a in arrivals[:2]), arrivals
+    assert all(1.48 <= a <= 1.8 for a in arrivals[2:]), arrivals
 
 
 async def test_kill_9_mid_stream_loses_nothing(

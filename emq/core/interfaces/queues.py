@@ -391,6 +391,21 @@ class GroupOwner(QueueProbe, Protocol):
     async def due_groups(self, now_ms: int, limit: int) -> list[str]:
         """Names of groups whose delayed set may hold a job due at ``now_ms``."""
 
+    async def due_scan(self, now_ms: int, limit: int) -> tuple[list[str], int | None]:
+        """:meth:`due_groups`, and the earliest due time after ``now_ms`` in the index (None:
+        none), read together: when the worker must look next if no hint comes first. A store
+        that cannot tell says None (it gives no due hints either: :meth:`watch_due`)."""
+        return await self.due_groups(now_ms, limit), None
+
+    def watch_due(self, hint: Callable[[int], None]) -> bool:
+        """Call ``hint(due_ms)`` when a job is parked until ``due_ms`` sooner than
+        :data:`emq.core.signals.DUE_HINT_HORIZON_S` ahead: at once after this process parks it
+        (a retry), when :meth:`wait_ready` reads its signal if another process did (the API's
+        ``delay_s``). Hints are best-effort, like ready signals: a lost one delays the job until
+        the worker looks anyway, at most the horizon later. Returns whether the store gives
+        hints; without them (False) the worker polls :meth:`due_groups` often instead."""
+        return False
+
     @abc.abstractmethod
     async def reindex_delayed(self, groups: Sequence[GroupRef]) -> None:
         """Refresh the due index of these groups from their delayed sets."""
