@@ -39,7 +39,9 @@ async def http() -> AsyncIterator[TestClient[Any, Any]]:
 
 
 def registry(http: TestClient[Any, Any]) -> CollectorRegistry:
-    return http.server.app[API_KEY].metrics.registry
+    assert http.app is not None
+    registry: CollectorRegistry = http.app[API_KEY].metrics.registry
+    return registry
 
 
 def value(http: TestClient[Any, Any], name: str, **labels: str) -> float:

@@ -131,7 +131,8 @@ async def test_every_route_is_recorded_and_a_revert_restores(
     assert "qps_caps" not in (await call(client, "GET", "/v1/tenants", 200))["tenants"][0]
 
     # Counted where applied, by route: the refused reverts (stale, a creation) are not.
-    registry = client.server.app[API_KEY].metrics.registry
+    assert client.app is not None
+    registry = client.app[API_KEY].metrics.registry
     counts = {
         (name, route): registry.get_sample_value(
             name, {"namespace": "online", "tenant": "acme", "route": route}
