@@ -63,6 +63,7 @@ from emq.api import (
 )
 from emq.api import schedules as schedule_routes
 from emq.api.auth import Authenticator, new_token, token_hash
+from emq.api.change_metrics import ChangeMetrics
 from emq.api.changes import ChangeRecorder
 from emq.api.changes import add_routes as add_change_routes
 from emq.api.changes import context as change_context
@@ -154,7 +155,7 @@ class Api:
         log = changes or MemoryChangeLog(
             retention_s=settings.changes_retention_s, max_entries=settings.changes_max_entries
         )
-        self.recorder = ChangeRecorder(config, log)
+        self.recorder = ChangeRecorder(config, log, metrics=ChangeMetrics(metrics.registry))
         limits = JobLimits(max_body_bytes=api.max_body_bytes)
         guard = BacklogGuard(queues, api.backlog_refresh_s)
         # Single-job requests arriving together share a Redis round trip (emq.api.coalesce)

@@ -40,6 +40,7 @@ from aiohttp import web
 from typing_extensions import TypedDict
 
 from emq.api.auth import Principal
+from emq.api.change_metrics import ChangeMetrics
 from emq.api.tenants import with_cap
 from emq.core import schema
 from emq.core.changes import (
@@ -146,11 +147,16 @@ class ChangeRecorder:
     """Applies topic and tenant changes through the configuration store and records them."""
 
     def __init__(
-        self, config: ConfigStore, changes: ChangeLog, clock: Callable[[], float] = time.time
+        self,
+        config: ConfigStore,
+        changes: ChangeLog,
+        clock: Callable[[], float] = time.time,
+        metrics: ChangeMetrics | None = None,
     ) -> None:
         self.config = config
         self.log = changes
         self._clock = clock
+        self.metrics = metrics
 
     async def update_topic(
         self,
@@ -205,6 +211,8 @@ class ChangeRecorder:
             round(self._clock(), 3), ctx.actor, ctx.route, namespace, tenant, topic,
             before, after, reason, revert_of,
         )  # fmt: skip
+        if self.metrics is not None:  # applied, whether or not the log then takes it
+            self.metrics.applied(change)
         try:
             return await self.log.append(change)
         except Exception:  # applied already: the record must not be lost, nor fail the answer

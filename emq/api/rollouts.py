@@ -35,6 +35,7 @@ from typing import TYPE_CHECKING, Any
 from aiohttp import web
 from typing_extensions import TypedDict
 
+from emq.api.change_metrics import RolloutMetrics
 from emq.api.changes import actor_of
 from emq.core import schema
 from emq.core.errors import ConfigConflict, InvalidInput, NotFound
@@ -107,6 +108,8 @@ class Rollouts:
     def __init__(self, api: Api, store: RolloutStore) -> None:
         self.api = api
         self.store = store
+        self.metrics = RolloutMetrics(api.metrics.registry, store)
+        api.metrics.refreshers.append(self.metrics.latest.refresh)
 
     async def start(self, request: web.Request) -> web.Response:
         who = await self.api.auth.admin(request)
@@ -123,6 +126,7 @@ class Rollouts:
             "reason": "",
         }
         await self.store.save(rollout, latest=True)
+        self.metrics.started.inc()
         return web.json_response(shown(rollout, now), status=201)
 
     async def latest(self, request: web.Request) -> web.Response:
@@ -149,6 +153,7 @@ class Rollouts:
         now = time.time()
         new = merged(rollout, body.model_dump(mode="json", exclude_none=True), now)
         await self.store.save(new)
+        self.metrics.patched(rollout, new)
         return web.json_response(shown(new, now))
 
     async def _get(self, request: web.Request) -> dict[str, Any]:

@@ -17,6 +17,7 @@ import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
 from emq.api import ApiSettings, make_app
+from emq.api.app import API_KEY
 from emq.cli.main import main
 from emq.compose import open_changes, open_config, open_queues
 from emq.core.settings import Settings
@@ -129,6 +130,25 @@ async def test_every_route_is_recorded_and_a_revert_restores(
     await call(client, "POST", f"/v1/changes/{cap['id']}/revert", 200)
     assert "qps_caps" not in (await call(client, "GET", "/v1/tenants", 200))["tenants"][0]
 
+    # Counted where applied, by route: the refused reverts (stale, a creation) are not.
+    assert client.app is not None
+    registry = client.app[API_KEY].metrics.registry
+    counts = {
+        (name, route): registry.get_sample_value(
+            name, {"namespace": "online", "tenant": "acme", "route": route}
+        )
+        for name in ("emq_changes_total", "emq_change_reverts_total")
+        for route in ("api", "cli", "plan")
+    }
+    assert counts == {
+        ("emq_changes_total", "api"): 5,  # creation, PATCH, cap, the two reverts
+        ("emq_changes_total", "cli"): 2,
+        ("emq_changes_total", "plan"): 1,
+        ("emq_change_reverts_total", "api"): 2,
+        ("emq_change_reverts_total", "cli"): 1,
+        ("emq_change_reverts_total", "plan"): None,
+    }
+
 
 async def test_bad_input_is_one_4xx_and_changes_nothing(client: TestClient) -> None:
     await call(client, "POST", "/v1/tenants", 201, json={"tenant": "acme"})
@@ -160,5 +180,7 @@ async def test_bad_input_is_one_4xx_and_changes_nothing(client: TestClient) -> N
     assert r.status == 401 and "error" in await r.json()
     assert await qps(client) == (150, 1)
     assert await call(client, "GET", "/v1/changes", 200) == before
+    scraped = await (await client.get("/metrics")).text()
+    assert 'emq_changes_total{namespace="online",route="api",tenant="acme"} 2.0' in scraped
     code, out, err = await emq(client, "changes", "show", "1-0")
     assert (code, out) == (1, "") and err.count("\n") == 1 and "not_found" in err

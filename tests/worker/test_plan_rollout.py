@@ -9,7 +9,8 @@ Two rollouts run at once on separate topics, each from its own plan:
     threshold, the rollout rolls the canary back by itself (its quota as before, the topic of
     the other tenant never touched) and ends ``rolled-back`` with the reason.
 
-The change log shows each plan change and the rollback, with the reason as its why.
+The change log shows each plan change and the rollback, with the reason as its why; the API's
+/metrics counts the two rollouts by how they ended and the plan's changes by their route.
 """
 
 from __future__ import annotations
@@ -103,6 +104,18 @@ async def traffic(stack: Stack, sink: Sink, rates: dict[tuple[str, str], int]) -
         await asyncio.sleep(0.25)
 
 
+async def scraped(http: aiohttp.ClientSession, url: str) -> dict[str, float]:
+    """The API's /metrics samples of the rollouts and changes, by their text name."""
+    async with http.get(f"{url}/metrics") as r:
+        text = await r.text()
+    out = {}
+    for line in text.splitlines():
+        if line.startswith(("emq_rollout", "emq_changes_total", "emq_change_reverts")):
+            name, _, number = line.rpartition(" ")
+            out[name] = float(number)
+    return out
+
+
 async def changes_of(http: aiohttp.ClientSession, url: str, tenant: str, topic: str) -> Any:
     query = {"tenant": tenant, "topic": topic}
     async with http.get(f"{url}/v1/changes", params=query, headers=ADMIN) as r:
@@ -182,3 +195,11 @@ async def test_a_healthy_canary_rolls_out_and_a_sick_one_rolls_back(
             assert rollback["reason"] == f"rollback of rollout {back['rollout']}: {back['reason']}"
             (raised, *_) = await changes_of(http, url, "beta", "h3")
             assert raised["after"]["qps"] == 30 and raised["reason"].endswith("--canary")
+
+            metrics = await scraped(http, url)
+            assert metrics["emq_rollouts_started_total"] == 2
+            assert metrics['emq_rollouts_ended_total{state="done"}'] == 1
+            assert metrics['emq_rollouts_ended_total{state="rolled-back"}'] == 1
+            plan = 'emq_changes_total{namespace="online",route="plan",tenant="%s"}'
+            # acme: h1, h2 raised, sick lowered and set back; beta: h3, h4 raised
+            assert (metrics[plan % "acme"], metrics[plan % "beta"]) == (4, 2)
