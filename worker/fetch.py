@@ -485,7 +485,11 @@ class Fetcher:
         for g, n in zip(owned, moved, strict=True):
             if n:
                 self.signal(g)
-        return next_ms
+        # The index holds each group's earliest due time only, and these groups' next ones were
+        # indexed just now, after the look read them: look again to learn them, MIN_DUE_GAP_S on
+        # if jobs moved, else (an entry that promoted nothing) as often as without hints.
+        again = now if any(moved) else now + int(DUE_POLL_S * 1000)
+        return again if next_ms is None else min(next_ms, again)
 
     async def sweep(self) -> None:
         """Every ``sweep_interval_s``: treat every owned group with a job after what was

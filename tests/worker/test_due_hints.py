@@ -184,3 +184,50 @@ async def test_an_alarm_brought_forward_rings_then_and_never_later() -> None:
     before = loop.time()
     await alarm.wait()
     assert 0.009 <= loop.time() - before <= 0.1
+
+
+async def test_a_groups_next_delayed_job_is_promoted_when_due_after_the_first() -> None:
+    """The index holds a group's earliest due time only: after promoting it, the promoter reads
+    the group's next one (reindexed) before it sleeps, rather than a horizon later."""
+    queues = CountingQueues()
+    f, g, _ = owned(queues)
+    task = await running(f)
+    await asyncio.sleep(0.15)
+    loop = asyncio.get_running_loop()
+    start, now = loop.time(), time.time_ns() // 10**6
+    q = g.ref.queue(MEDIUM)
+    await queues.put(
+        [
+            PutItem(q, "a", b'{"a":1}', due_ms=now + 200),
+            PutItem(q, "b", b'{"b":1}', due_ms=now + 500),
+        ]
+    )
+    arrived: list[float] = []
+    while len(arrived) < 2 and loop.time() - start < 2.0:
+        found = await queues.read({q: ZERO_OFFSET}, 10)
+        arrived += [loop.time()] * (len(found.get(q, [])) - len(arrived))
+        await asyncio.sleep(0.002)
+    await stop(task)
+    assert len(arrived) == 2
+    assert 0.19 <= arrived[0] - start <= 0.45 and 0.49 <= arrived[1] - start <= 0.75
+
+
+async def test_an_entry_that_promotes_nothing_is_looked_at_no_more_than_without_hints() -> None:
+    """A due entry whose group has nothing to promote (here: its index entry is left due) is
+    looked at again every DUE_POLL_S, as without hints, not every MIN_DUE_GAP_S."""
+    queues = CountingQueues()
+    f, g, _ = owned(queues)
+
+    async def nothing(group, now_ms, limit):  # type: ignore[no-untyped-def]
+        return 0
+
+    async def keep(groups):  # type: ignore[no-untyped-def]
+        return None
+
+    queues.promote_due = nothing  # type: ignore[method-assign]
+    queues.reindex_delayed = keep  # type: ignore[method-assign]
+    queues._due_index[str(g.ref)] = time.time_ns() // 10**6 - 1000
+    task = await running(f)
+    await asyncio.sleep(0.6)
+    await stop(task)
+    assert 3 <= len(queues.looks) <= 7
