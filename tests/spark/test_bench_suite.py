@@ -3,7 +3,7 @@ table carry every figure with its target. A benchmark, not a timed test: no figu
 
 The plan part's two jobs (history synth, then the plan) run as ``spark/bench.py`` runs them,
 with their command-line flags, ``--json`` output and timings, but on the Spark session the
-Spark tests share instead of in a JVM each (two JVM starts were most of this file's CPU).
+Spark tests share instead of in a JVM each (a JVM's start costs more CPU than the job here).
 Starting a job as a process of its own is tested with a job refused before Spark starts;
 ``tests/spark/test_cli.py`` submits ``plan_job.py`` to a cluster as a script.
 """
