@@ -331,7 +331,6 @@ SPARK_FILES = "tests/spark/"
 LONG_UNITS_FIRST = (
     SPARK_FILES,
     "tests/docs/test_blocks.py",
-    "tests/bench/test_suite.py",
     "tests/console/test_console.py",
     "tests/api/test_openapi_fuzz.py",
     "tests/adapters/test_cluster_failover.py",

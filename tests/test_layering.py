@@ -207,17 +207,17 @@ def test_the_checker_catches_outward_imports() -> None:
     assert violations("capacity.split", {"emq.core.model", "emq.core.errors"}) == []
 
 
-# Each module is imported alone in a fresh child of a fork server: one interpreter per layer
-# (``-W error``) first imports the third-party modules our code imports directly (except those the
-# layer must not load) and the modules of the inner layers it may use (``Rule.ours`` and its seams:
-# they cannot import this layer back, the static check holds them to that, and their own layer's
-# server probes each of them with nothing of ours loaded), then forks one child per module of the
-# layer, which imports that module and reports ``sys.modules``. No module of the layer is loaded
-# before the fork, so a circular import within it shows exactly as in a fresh interpreter; the
-# server checks that its preload loaded nothing forbidden, so every forbidden module a child
-# reports was loaded by the module under test. (One interpreter per module cost ~0.3 s of CPU
-# each, mostly re-importing aiohttp, pydantic, pyspark, pandas; re-importing the inner layers in
-# every child, ~0.1 s each.)
+# Each module is imported alone in a fresh child of a fork server: one interpreter per layer (``-W
+# error``) first imports the third-party modules the layer's own modules import directly (except
+# those the layer must not load) and the modules of the inner layers it may use (``Rule.ours`` and
+# its seams: they cannot import this layer back, the static check holds them to that, and their own
+# layer's server probes each of them with nothing of ours loaded), then forks one child per module
+# of the layer, which imports that module and reports ``sys.modules``. No module of the layer is
+# loaded before the fork, so a circular import within it shows exactly as in a fresh interpreter;
+# the server checks that its preload loaded nothing forbidden, so every forbidden module a child
+# reports was loaded by the module under test. (One interpreter per module cost ~0.3 s of CPU each,
+# mostly re-importing aiohttp, pydantic, pyspark, pandas; re-importing the inner layers in every
+# child, ~0.1 s each.)
 _FORK_SERVER = r"""
 import gc, json, os, sys, threading, traceback
 preload, forbidden, inner, modules = json.loads(sys.argv[1])
@@ -251,11 +251,16 @@ print(json.dumps(results))
 """
 
 
-def _preload(forbidden: frozenset[str]) -> list[str]:
-    """The third-party modules our code imports directly, less those ``forbidden`` to load."""
+def _preload(modules: list[tuple[str, Path]], forbidden: frozenset[str]) -> list[str]:
+    """The third-party modules ``modules`` import directly, less those ``forbidden`` to load.
+
+    A layer's server preloads what its own modules import (at module level or inside a
+    function), not what the other layers' do: a child then loads no third-party module its
+    module imports directly, and the server stays small, so each fork copies less. (The inner
+    layers' modules the server imports load their own third-party modules.)"""
     names = {
         name
-        for module, path in all_modules()
+        for module, path in modules
         for name in imported_names(module, path)
         if name.split(".")[0] not in set(PACKAGES) | sys.stdlib_module_names | {"__future__"}
     }
@@ -265,15 +270,20 @@ def _preload(forbidden: frozenset[str]) -> list[str]:
 def _probe_alone() -> dict[str, dict[str, list[str] | str]]:
     """``{module: {"loaded": sys.modules after importing it alone} or {"error": ...}}``."""
     layers: dict[str, list[str]] = {}
-    for module, _ in all_modules():
+    paths: dict[str, list[tuple[str, Path]]] = {}
+    for module, path in all_modules():
         layers.setdefault(layer_of(module), []).append(module)
+        paths.setdefault(layer_of(module), []).append((module, path))
     forbidden_anywhere = frozenset(PACKAGES)  # of ours, only the inner layers are preloaded
     procs = []
     for layer, modules in layers.items():
         rule = RULES[layer]
         inner = [m for other in rule.ours - {layer} for m in layers.get(other, [])]
         inner = sorted({*inner, *rule.seams, *(s.rpartition(".")[0] for s in rule.seams)})
-        argv = [_preload(rule.forbidden_loaded), sorted(rule.forbidden_loaded | forbidden_anywhere)]
+        argv = [
+            _preload(paths[layer], rule.forbidden_loaded),
+            sorted(rule.forbidden_loaded | forbidden_anywhere),
+        ]
         procs.append(
             subprocess.Popen(
                 [

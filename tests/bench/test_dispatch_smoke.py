@@ -2,10 +2,10 @@
 the sink, the JSON has its shape) and its sink speaks enough HTTP. A benchmark, not a timed test:
 no figure is asserted.
 
-W7 and W8 run here; W5 runs in ``emq bench all``'s smoke (``test_suite.py``). The saturating
-workloads (W2, W3, ...) stay in ``emq bench dispatch``: they take the machine for their length,
-and what they rely on has tests of its own (the send governor: ``tests/worker/test_governor.py``;
-every job delivered once: the worker's integration tests)."""
+W7 and W8 run here; W5 runs in ``emq bench all``'s smoke (``tests/spark/test_bench_suite.py``).
+The saturating workloads (W2, W3, ...) stay in ``emq bench dispatch``: they take the machine for
+their length, and what they rely on has tests of its own (the send governor:
+``tests/worker/test_governor.py``; every job delivered once: the worker's integration tests)."""
 
 from __future__ import annotations
 
