@@ -13,13 +13,14 @@ import itertools
 import os
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from capacity.split import DEFAULT_MAX_GROUP_QPS
+from emq.core.errors import BackendUnavailable
 from emq.core.settings import Settings
 from emq.stack import Service, free_port
 from tests.allocator.test_fleet_e2e import (
@@ -67,6 +68,20 @@ def gaps(arrivals: list[float], start: float, end: float) -> float:
     return max(b - a for a, b in itertools.pairwise(times))
 
 
+async def once_reconnected(write: Callable[[], Awaitable[None]], timeout_s: float) -> None:
+    """Run ``write``, again while ZooKeeper still answers BackendUnavailable (a session that is
+    reconnecting after the outage), for up to ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            await write()
+            return
+        except BackendUnavailable:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
 async def test_delivery_goes_on_through_a_zookeeper_outage_with_one_owner_per_group(
     stack: Stack,
     sink: AttributedSink,
@@ -107,8 +122,8 @@ async def test_delivery_goes_on_through_a_zookeeper_outage_with_one_owner_per_gr
 
     # The pace is judged: the rest of the backlog (sized to outlast a slow restart) drains at a
     # group's cap, not at QPS (still one group each).
-    for n in names:
-        await stack.update(n, qps=DEFAULT_MAX_GROUP_QPS)
+    for n in names:  # (the test's own ZooKeeper session may still be reconnecting)
+        await once_reconnected(lambda n=n: stack.update(n, qps=DEFAULT_MAX_GROUP_QPS), 30)
     await sink.wait_for(lambda: ids <= {d.job_id for d in sink.deliveries}, 60)
     missing = ids - {d.job_id for d in sink.deliveries}
     assert not missing, f"{len(missing)} accepted jobs never delivered"
