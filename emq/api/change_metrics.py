@@ -27,24 +27,20 @@ Read from the store when ``/metrics`` is scraped (at most once per
 
 from __future__ import annotations
 
-import logging
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from emq.api.metrics import TOPIC_REFRESH_S
+from emq.api.metrics import ScrapedGauges
 from emq.core.changes import Change
-from emq.core.errors import BackendUnavailable
 from emq.core.rollouts import STATES, RolloutStore, shown
 
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger(__name__)
 
 CHANGE_LABELS = ["namespace", "tenant", "route"]
 
@@ -94,26 +90,18 @@ class RolloutMetrics:
             self.ended.labels(str(after.get("state"))).inc()
 
 
-class LatestRollout(Collector):
+class LatestRollout(ScrapedGauges):
     """``emq_rollout_latest_state``, refreshed by the scrape."""
 
+    what = "rollout metrics"
+
     def __init__(self, store: RolloutStore) -> None:
+        super().__init__()
         self._store = store
-        self._at = -TOPIC_REFRESH_S
         self._state: str | None = None
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    async def refresh(self) -> None:
-        if time.monotonic() - self._at < TOPIC_REFRESH_S:
-            return
-        self._at = time.monotonic()
-        try:
-            rollout = await self._store.latest()
-        except BackendUnavailable as e:  # the previous state stays; the scrape still answers
-            log.warning("rollout metrics not refreshed: %s", e)
-            return
+    async def _read(self) -> None:
+        rollout = await self._store.latest()
         self._state = None if rollout is None else shown(rollout, time.time()).get("state")
 
     def collect(self) -> Iterator[Metric]:

@@ -117,18 +117,16 @@ class ApiMetrics:
         )
 
 
-class TopicGauges(Collector):
-    """Per-topic numbers of the store, refreshed by the scrape (see the module docstring)."""
+class ScrapedGauges(Collector):
+    """Numbers read from the store when ``/metrics`` is scraped (:meth:`refresh`, awaited
+    before the registry is collected), at most once per :data:`TOPIC_REFRESH_S`; while the
+    store cannot be reached the previous numbers stay and the scrape still answers. A subclass
+    reads in :meth:`_read` and says what it reads in ``what`` (the log's words)."""
 
-    def __init__(
-        self, config: ConfigStore, queues: QueueBackend, jobs: JobStore | None, ns: Namespace
-    ) -> None:
-        self._config = config
-        self._queues = queues
-        self._jobs = jobs
-        self._ns = ns
+    what = "metrics"
+
+    def __init__(self) -> None:
         self._at = -TOPIC_REFRESH_S
-        self._rows: list[tuple[Topic, list[int], int, float | None]] = []
 
     def describe(self) -> Iterator[Metric]:
         return iter(())
@@ -138,11 +136,30 @@ class TopicGauges(Collector):
             return
         self._at = time.monotonic()
         try:
-            self._rows = await self._read()
-        except BackendUnavailable as e:  # the previous numbers stay; the scrape still answers
-            log.warning("per-topic metrics not refreshed: %s", e)
+            await self._read()
+        except BackendUnavailable as e:
+            log.warning("%s not refreshed: %s", self.what, e)
 
-    async def _read(self) -> list[tuple[Topic, list[int], int, float | None]]:
+    async def _read(self) -> None:
+        raise NotImplementedError
+
+
+class TopicGauges(ScrapedGauges):
+    """Per-topic numbers of the store, refreshed by the scrape (see the module docstring)."""
+
+    what = "per-topic metrics"
+
+    def __init__(
+        self, config: ConfigStore, queues: QueueBackend, jobs: JobStore | None, ns: Namespace
+    ) -> None:
+        super().__init__()
+        self._config = config
+        self._queues = queues
+        self._jobs = jobs
+        self._ns = ns
+        self._rows: list[tuple[Topic, list[int], int, float | None]] = []
+
+    async def _read(self) -> None:
         topics = await self._config.list_topics(self._ns)
         groups = [t.group_refs() for t in topics]
         queues = [q for gs in groups for g in gs for q in g.queues()]
@@ -158,7 +175,7 @@ class TopicGauges(Collector):
             age = max(0.0, (now_ms - min(first)) / 1000) if first else None
             rows.append((topic, per_priority, sum(delayed[gi : gi + len(gs)]), age))
             qi, gi = qi + n, gi + len(gs)
-        return rows
+        self._rows = rows
 
     def collect(self) -> Iterator[Metric]:
         labels = ["namespace", "tenant", "topic"]

@@ -26,17 +26,13 @@ Every series is labelled namespace/tenant/topic.
 
 from __future__ import annotations
 
-import logging
-import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import GaugeMetricFamily
-from prometheus_client.registry import Collector
 
-from emq.api.metrics import TOPIC_REFRESH_S
-from emq.core.errors import BackendUnavailable
+from emq.api.metrics import ScrapedGauges
 from emq.core.interfaces import ConfigStore
 from emq.core.model import Namespace, TopicRef
 from emq.core.transactions import Source, TransactionStore, TxState
@@ -44,7 +40,6 @@ from emq.core.transactions import Source, TransactionStore, TxState
 if TYPE_CHECKING:
     from prometheus_client.metrics_core import Metric
 
-log = logging.getLogger(__name__)
 
 LABELS = ["namespace", "tenant", "topic"]
 
@@ -91,29 +86,21 @@ class TransactionMetrics:
             await self.gauges.refresh()
 
 
-class TransactionGauges(Collector):
+class TransactionGauges(ScrapedGauges):
     """Open transactions and prepared jobs per topic, refreshed by the scrape."""
 
+    what = "transaction metrics"
+
     def __init__(self, store: TransactionStore, config: ConfigStore, ns: Namespace) -> None:
+        super().__init__()
         self._store = store
         self._config = config
         self._ns = ns
-        self._at = -TOPIC_REFRESH_S
         self._rows: list[tuple[TopicRef, int, int]] = []
 
-    def describe(self) -> Iterator[Metric]:
-        return iter(())
-
-    async def refresh(self) -> None:
-        if time.monotonic() - self._at < TOPIC_REFRESH_S:
-            return
-        self._at = time.monotonic()
-        try:
-            refs = [t.ref for t in await self._config.list_topics(self._ns)]
-            counts = await self._store.counts(refs)
-        except BackendUnavailable as e:  # the previous numbers stay; the scrape still answers
-            log.warning("transaction metrics not refreshed: %s", e)
-            return
+    async def _read(self) -> None:
+        refs = [t.ref for t in await self._config.list_topics(self._ns)]
+        counts = await self._store.counts(refs)
         self._rows = [(ref, n, jobs) for ref, (n, jobs) in zip(refs, counts, strict=True)]
 
     def collect(self) -> Iterator[Metric]:

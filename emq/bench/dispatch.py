@@ -205,6 +205,12 @@ def summary(result: dict[str, Any]) -> str:
                 f"{c['redis_commands_per_job']} Redis commands/job"
                 + ("" if c["paced"] else " (not paced: saturated)")
             )
+        for c in r.get("idle", []) if r["workload"] == "paced" else []:
+            if "error" not in c:
+                lines.append(
+                    f"  {c['topics']:>5} topics idle: {c['worker_cpu_pct_of_core']}% of a core, "
+                    f"{c['wakeups_per_s']} wake-ups/s, {c['redis_commands_per_s']} Redis commands/s"
+                )
         c = r["contention"]
         lines.append(
             f"  other load: {c['other_processes_pct_of_core']}% of a core "

@@ -15,6 +15,9 @@ delivery, over the measured seconds (``--duration-s``):
 * ``redis_commands_per_job``: ``INFO commandstats`` calls over the measured seconds per job,
   with the commands that make them (``redis_commands_by_name``, per job).
 
+For each ``N``, the same worker with nothing to deliver (``idle``): its CPU as % of a core,
+wake-ups and Redis commands per second, the upkeep a paced case spreads over its jobs.
+
 Then, in the same run, the saturated W2 worker run (:func:`emq.bench.workloads._w2_worker`):
 ``w2_worker_cpu_us_per_job``, and per case ``cpu_ratio_to_w2`` (issue 32's target: at most 1.5).
 A case is ``paced`` when the worker delivered at least 95 % of what was offered; a case
@@ -59,6 +62,7 @@ from emq.core.model import Priority
 TOPICS = (10, 100, 1000)
 QUOTAS = (10, 100)
 WARMUP_S = 2.0
+IDLE_SETTLE_S = 2.0  # an idle worker's start before its upkeep is measured
 MARGIN_S = 6.0  # backlog beyond the measured seconds: the start and the warm-up
 MAX_OFFERED_PER_S = 20_000  # more than one worker process delivers: backlog no more than this
 PACED_SHARE = 0.95  # delivered / offered for a case to count as paced
@@ -191,6 +195,47 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
     return figures
 
 
+def idle_figures(
+    topics: int, seconds: float, cpu_s: float, switches: tuple[int, int], calls: dict[str, int]
+) -> dict[str, Any]:
+    """An idle worker's upkeep over ``seconds``: what it spends per second whatever its rate."""
+    if seconds <= 0:
+        raise EmqError(f"idle {topics}: nothing measured")
+    top = sorted(calls.items(), key=lambda kv: -kv[1])[:8]
+    return {
+        "topics": topics,
+        "seconds": round(seconds, 2),
+        "worker_cpu_pct_of_core": round(100 * cpu_s / seconds, 2),
+        "wakeups_per_s": round(switches[0] / seconds, 1),
+        "redis_commands_per_s": round(sum(calls.values()) / seconds, 1),
+        "redis_commands_by_name": {k: round(n / seconds, 1) for k, n in top},
+    }
+
+
+async def idle_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[str, Any]:
+    """One worker owning ``topics`` topics (one group each) with nothing to deliver: its upkeep
+    (hold checks, checkpoints, history, the looks at its due index) over ``seconds``."""
+    await h.fresh(f"idle-{topics}")
+    worker = await start_worker(h, "idle", {"topics": topic_specs(names(topics), qps)})
+    with stopping(worker):
+        worker.load_topics()
+        await asyncio.sleep(IDLE_SETTLE_S)  # (claims, first reads and looks done)
+        calls = await command_calls(h)
+        switches = thread_switches(worker.pid)
+        meter = CpuMeter({"worker": worker.pid}).start()
+        await asyncio.sleep(seconds)
+        used = meter.read()
+        switches_end = thread_switches(worker.pid)
+        calls_end = await command_calls(h)
+    return idle_figures(
+        topics,
+        used["wall_s"],
+        used["worker"],
+        (switches_end[0] - switches[0], switches_end[1] - switches[1]),
+        calls_between(calls, calls_end),
+    )
+
+
 async def paced(
     h: Harness, duration_s: float, topics: Sequence[int] = TOPICS, quotas: Sequence[int] = QUOTAS
 ) -> dict[str, Any]:
@@ -202,6 +247,12 @@ async def paced(
                 cases.append(await paced_case(h, n, q, seconds))
             except EmqError as e:  # (the others still run; this one says what went wrong)
                 cases.append({"topics": n, "qps": q, "paced": False, "error": str(e)})
+    idle = []
+    for n in topics:  # the same workers with nothing to do: the floor under a paced case
+        try:
+            idle.append(await idle_case(h, n, min(quotas), seconds))
+        except EmqError as e:
+            idle.append({"topics": n, "error": str(e)})
     measured = [c for c in cases if "error" not in c]
     if not measured:
         raise EmqError(f"no paced case was measured: {cases[0]['error']}")
@@ -220,6 +271,7 @@ async def paced(
             "w2_worker_cpu_us_per_job": reference,
             "w2_jobs_per_s": w2["jobs_per_s"],
             "cases": cases,
+            "idle": idle,
             "w2": {k: w2[k] for k in ("jobs", "jobs_per_s", "seconds", "worker_cpu_us_per_job")},
         },
     )

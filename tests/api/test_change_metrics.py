@@ -86,7 +86,7 @@ async def test_a_rollout_that_rolls_back_is_counted_once(http: TestClient[Any, A
 async def test_the_latest_rollout_reads_abandoned_when_its_cli_stops_beating(
     http: TestClient[Any, Any], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("emq.api.change_metrics.TOPIC_REFRESH_S", 0.0)  # every scrape reads
+    monkeypatch.setattr("emq.api.metrics.TOPIC_REFRESH_S", 0.0)  # every scrape reads
     scraped = await (await http.get("/metrics")).text()
     assert "emq_rollout_latest_state{" not in scraped  # no rollout yet: no series
     await call(http, "POST", "/v1/rollouts", 201, json=rollout(heartbeat_s=0.1))

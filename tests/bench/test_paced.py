@@ -17,6 +17,7 @@ from emq.bench.workloads_paced import (
     backlog_per_topic,
     calls_between,
     case_figures,
+    idle_figures,
     parse_counts,
 )
 from emq.core.errors import EmqError
@@ -49,6 +50,14 @@ def test_the_figures_are_per_delivered_job() -> None:
     assert not case_figures(10, 100, 2.0, 1000, 0.5, (0, 0), {})["paced"]  # half the quota
     with pytest.raises(EmqError, match="no delivery"):
         case_figures(10, 100, 2.0, 0, 0.5, (0, 0), {})
+
+
+def test_the_idle_figures_are_per_second() -> None:
+    f = idle_figures(10, 4.0, 0.04, (100, 4), {"zrangebyscore": 8, "get": 28})
+    assert f["worker_cpu_pct_of_core"] == 1.0 and f["wakeups_per_s"] == 25.0
+    assert f["redis_commands_per_s"] == 9.0 and f["redis_commands_by_name"]["get"] == 7.0
+    with pytest.raises(EmqError, match="nothing measured"):
+        idle_figures(10, 0.0, 0.0, (0, 0), {})
 
 
 def test_the_peers_paced_figures_and_leanest_run() -> None:
@@ -103,3 +112,7 @@ def test_a_short_paced_run_delivers_at_the_quotas() -> None:
     assert case["cpu_ratio_to_w2"] == pytest.approx(
         case["worker_cpu_us_per_job"] / result["w2_worker_cpu_us_per_job"], rel=0.01
     )
+    (idle,) = result["idle"]  # the same ten topics with nothing to deliver
+    assert idle["topics"] == 10 and 0 <= idle["worker_cpu_pct_of_core"] < 50
+    # it looks at its due index about once a second, not ten times (due hints)
+    assert idle["redis_commands_by_name"].get("zrangebyscore", 0) <= 5, idle
