@@ -23,10 +23,6 @@ class Alarm:
         self._sleeper: asyncio.Future[None] | None = None
         self._timer: asyncio.TimerHandle | None = None
 
-    @property
-    def at(self) -> float:
-        return self._at
-
     def set(self, at: float) -> None:
         """Ring at ``at``, whatever it was set to before."""
         self._at = at
@@ -62,9 +58,10 @@ class Alarm:
             self._timer.cancel()
         self._timer = None
         if self._at != math.inf:
-            self._timer = asyncio.get_running_loop().call_at(self._at, _ring, sleeper)
+            self._timer = asyncio.get_running_loop().call_at(self._at, set_done, sleeper)
 
 
-def _ring(sleeper: asyncio.Future[None]) -> None:
-    if not sleeper.done():
-        sleeper.set_result(None)
+def set_done(future: asyncio.Future[None]) -> None:
+    """End a sleep on ``future`` unless something ended it first (a timer's callback)."""
+    if not future.done():
+        future.set_result(None)

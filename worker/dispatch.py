@@ -48,6 +48,7 @@ from typing import Generic, TypeVar
 
 from capacity.priority import plan_strict
 from worker import regroup
+from worker.alarm import set_done
 from worker.endpoints import EndpointRates
 from worker.groups import Buffered, GroupState, priority_index
 from worker.keys import KeyLines
@@ -149,7 +150,7 @@ class Dispatcher:
         loop = asyncio.get_running_loop()
         sleeper = self._sleeper = loop.create_future()
         self._sleep_until = now + pause
-        timer = loop.call_later(pause, _set_result, sleeper)
+        timer = loop.call_later(pause, set_done, sleeper)
         try:
             await sleeper
         finally:
@@ -413,11 +414,6 @@ class Dispatcher:
             if displaced in buffer:
                 buffer.remove(displaced)
         return verdict
-
-
-def _set_result(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)
 
 
 class Handoff(Generic[T]):

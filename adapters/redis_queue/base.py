@@ -264,15 +264,14 @@ class RedisQueueBase:
             await self._client.aclose()
 
 
-def due_soon(due: Iterable[int], now_s: float | None = None) -> int | None:
+def due_soon(due: Iterable[int]) -> int | None:
     """The earliest of the due times ``due`` (epoch ms) if it lies within the due-hint horizon
     (:data:`~emq.core.signals.DUE_HINT_HORIZON_S`), else None: a later one is found by its
     owner's own look at the due index before it falls due."""
     earliest = min(due, default=None)
     if earliest is None:
         return None
-    now_s = time.time() if now_s is None else now_s
-    return earliest if earliest < (now_s + DUE_HINT_HORIZON_S) * 1000 else None
+    return earliest if earliest < (time.time() + DUE_HINT_HORIZON_S) * 1000 else None
 
 
 def ready_signal(key: str, names: Iterable[str], due_ms: int | None = None) -> Command:

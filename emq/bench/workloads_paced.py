@@ -33,8 +33,10 @@ CPU meanwhile.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from emq.bench.harness import (
@@ -151,6 +153,32 @@ def case_figures(
     }
 
 
+@dataclass
+class Usage:
+    """What :func:`measuring` saw of a worker over its block: CPU seconds per process (and
+    ``wall_s``), its loop's (voluntary, involuntary) switches, Redis calls per command."""
+
+    cpu: dict[str, float] = field(default_factory=dict)
+    switches: tuple[int, int] = (0, 0)
+    calls: dict[str, int] = field(default_factory=dict)
+
+
+@contextlib.asynccontextmanager
+async def measuring(
+    h: Harness, pid: int, others: dict[str, int] | None = None
+) -> AsyncIterator[Usage]:
+    """Measure worker ``pid`` (and the ``others``' CPU) over the ``async with`` block."""
+    usage = Usage()
+    calls = await command_calls(h)
+    switches = thread_switches(pid)
+    meter = CpuMeter({"worker": pid, **(others or {})}).start()
+    yield usage
+    usage.cpu = meter.read()
+    end = thread_switches(pid)
+    usage.switches = (end[0] - switches[0], end[1] - switches[1])
+    usage.calls = calls_between(calls, await command_calls(h))
+
+
 async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[str, Any]:
     """One worker paces ``topics`` topics at ``qps`` each; its figures over ``seconds``."""
     backend = await h.fresh(f"paced-{topics}-{qps}")
@@ -166,31 +194,27 @@ async def paced_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[
         first = await wait_first_delivery(h)
         # (a short run, a short warm-up: the smoke test's)
         await asyncio.sleep(max(0.0, first + min(WARMUP_S, seconds) - time.time()))
-        calls = await command_calls(h)
-        switches = thread_switches(worker.pid)
         arrived = (await h.sink_call("/_stats"))["requests"]
-        meter = CpuMeter({"worker": worker.pid, **h.link_pids()}).start()
-        waited = RunQueueWait(worker.pid).start() if h.record else None
-        began = time.time()
-        await asyncio.sleep(seconds)
-        used = meter.read()
-        switches_end = thread_switches(worker.pid)
+        async with measuring(h, worker.pid, h.link_pids()) as used:
+            waited = RunQueueWait(worker.pid).start() if h.record else None
+            began = time.time()
+            await asyncio.sleep(seconds)
         arrived_end = (await h.sink_call("/_stats"))["requests"]
-        calls_end = await command_calls(h)
     figures = case_figures(
         topics,
         qps,
-        used["wall_s"],
+        used.cpu["wall_s"],
         arrived_end - arrived,
-        used["worker"],
-        (switches_end[0] - switches[0], switches_end[1] - switches[1]),
-        calls_between(calls, calls_end),
+        used.cpu["worker"],
+        used.switches,
+        used.calls,
     )
-    if "proxy" in used:  # Redis behind emq.rigs.netdelay (emq.bench.netlink): its CPU apart
-        figures["proxy_cpu_s_per_1000_jobs"] = round(1000 * used["proxy"] / figures["delivered"], 4)
+    if "proxy" in used.cpu:  # Redis behind emq.rigs.netdelay (emq.bench.netlink): its CPU apart
+        proxy = used.cpu["proxy"]
+        figures["proxy_cpu_s_per_1000_jobs"] = round(1000 * proxy / figures["delivered"], 4)
     if waited is not None:  # the quota per topic from the sink's arrival stamps, and how long
         # the worker's loop waited for a CPU meanwhile (a busy machine's part in a short rate)
-        figures |= await _sliding(h, topic_names, qps, began, used["wall_s"])
+        figures |= await _sliding(h, topic_names, qps, began, used.cpu["wall_s"])
         figures["worker_runqueue_wait"] = waited.read()
     return figures
 
@@ -220,20 +244,9 @@ async def idle_case(h: Harness, topics: int, qps: int, seconds: float) -> dict[s
     with stopping(worker):
         worker.load_topics()
         await asyncio.sleep(IDLE_SETTLE_S)  # (claims, first reads and looks done)
-        calls = await command_calls(h)
-        switches = thread_switches(worker.pid)
-        meter = CpuMeter({"worker": worker.pid}).start()
-        await asyncio.sleep(seconds)
-        used = meter.read()
-        switches_end = thread_switches(worker.pid)
-        calls_end = await command_calls(h)
-    return idle_figures(
-        topics,
-        used["wall_s"],
-        used["worker"],
-        (switches_end[0] - switches[0], switches_end[1] - switches[1]),
-        calls_between(calls, calls_end),
-    )
+        async with measuring(h, worker.pid) as used:
+            await asyncio.sleep(seconds)
+    return idle_figures(topics, used.cpu["wall_s"], used.cpu["worker"], used.switches, used.calls)
 
 
 async def paced(
